@@ -1,0 +1,13 @@
+.PHONY: run test lint format integration
+
+run:  ## the demo on the embedded SQLite: migrate, seed, serve admin + API, run the background
+	scripts/run.sh
+
+test:  ## lint and the whole suite, on SQLite and on MariaDB
+	scripts/test.sh
+
+lint:
+	scripts/setup.sh dev && .venv/bin/ruff check . && .venv/bin/ruff format --check .
+
+format:
+	scripts/setup.sh dev && .venv/bin/ruff check --fix . && .venv/bin/ruff format .

@@ -1,0 +1,197 @@
+"""The engine's tables in the admin, read-only: state changes only through the services."""
+
+from django.contrib import admin
+from django.core.paginator import Paginator
+from django.utils.functional import cached_property
+
+from history import models
+
+admin.site.site_header = "Weave operations"
+admin.site.site_title = "Weave operations"
+admin.site.index_title = "Workflow engine"
+
+
+class CappedCountPaginator(Paginator):
+    """Counts at most CAP rows, so a changelist over millions of rows never scans them all."""
+
+    CAP = 10_000
+
+    @cached_property
+    def count(self) -> int:
+        return self.object_list[: self.CAP + 1].count()
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    paginator = CappedCountPaginator
+    show_full_result_count = False
+    list_per_page = 50
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(models.Namespace)
+class NamespaceAdmin(ReadOnlyAdmin):
+    list_display = ("name", "id", "created_at")
+    search_fields = ("=id", "name")
+
+
+@admin.register(models.Application)
+class ApplicationAdmin(ReadOnlyAdmin):
+    list_display = ("name", "namespace", "active_tasks", "max_active_tasks")
+    list_select_related = ("namespace",)
+    search_fields = ("=id", "name")
+
+
+@admin.register(models.Queue)
+class QueueAdmin(ReadOnlyAdmin):
+    list_display = ("name", "namespace", "active_tasks", "max_active_tasks")
+    list_select_related = ("namespace",)
+    search_fields = ("=id", "name")
+
+
+@admin.register(models.Credential)
+class CredentialAdmin(ReadOnlyAdmin):
+    list_display = ("label", "key_id", "namespace", "actor_id", "created_at", "expires_at", "revoked_at")
+    list_select_related = ("namespace",)
+    list_filter = ("revoked_at",)
+    search_fields = ("=id", "=key_id", "label", "=actor_id")
+    exclude = ("token_digest",)
+
+
+@admin.register(models.Operator)
+class OperatorAdmin(ReadOnlyAdmin):
+    list_display = ("user", "namespace", "actor_id")
+    list_select_related = ("user", "namespace")
+
+
+@admin.register(models.WorkflowDefinition)
+class WorkflowDefinitionAdmin(ReadOnlyAdmin):
+    list_display = ("name", "version", "namespace", "created_at")
+    list_select_related = ("namespace",)
+    search_fields = ("=id", "name")
+
+
+@admin.register(models.WorkflowInstance)
+class WorkflowInstanceAdmin(ReadOnlyAdmin):
+    list_display = ("id", "definition", "business_key", "state", "paused", "stop_kind", "revision", "updated_at")
+    list_select_related = ("definition",)
+    list_filter = ("state", "paused", "stop_kind")
+    search_fields = ("=id", "=business_key")
+    ordering = ("-updated_at",)
+
+
+@admin.register(models.Gate)
+class GateAdmin(ReadOnlyAdmin):
+    list_display = ("instance", "open", "revision")
+    list_filter = ("open",)
+    search_fields = ("=instance__id",)
+
+
+@admin.register(models.Step)
+class StepAdmin(ReadOnlyAdmin):
+    list_display = ("key", "instance", "kind", "state", "revision", "updated_at")
+    list_filter = ("kind", "state")
+    search_fields = ("=id", "=instance__id", "key")
+
+
+@admin.register(models.Activation)
+class ActivationAdmin(ReadOnlyAdmin):
+    list_display = ("id", "step", "sequence", "state", "revision", "created_at")
+    list_select_related = ("step",)
+    list_filter = ("state",)
+    search_fields = ("=id", "=instance__id")
+
+
+@admin.register(models.Task)
+class TaskAdmin(ReadOnlyAdmin):
+    list_display = ("id", "queue", "handler", "state", "attempt_count", "max_attempts", "priority", "created_at")
+    list_select_related = ("queue",)
+    list_filter = ("state",)
+    search_fields = ("=id", "=business_key", "=source_instance__id")
+    ordering = ("-created_at",)
+
+
+@admin.register(models.Attempt)
+class AttemptAdmin(ReadOnlyAdmin):
+    list_display = ("id", "task", "number", "worker", "state", "lease_expires_at", "finished_at")
+    list_filter = ("state",)
+    search_fields = ("=id", "=task__id")
+
+
+@admin.register(models.ResultEvent)
+class ResultEventAdmin(ReadOnlyAdmin):
+    list_display = ("id", "task", "seq", "kind", "outcome", "task_revision", "created_at")
+    list_filter = ("kind",)
+    search_fields = ("=id", "=task__id")
+
+
+@admin.register(models.InboxRecord)
+class InboxRecordAdmin(ReadOnlyAdmin):
+    list_display = ("id", "instance", "source_kind", "state", "disposition", "created_at", "consumed_at")
+    list_filter = ("state", "source_kind", "disposition")
+    search_fields = ("=id", "=instance__id", "=source_id")
+
+
+@admin.register(models.PollRound)
+class PollRoundAdmin(ReadOnlyAdmin):
+    list_display = ("id", "activation", "round", "task", "created_at")
+    search_fields = ("=id", "=activation__id", "=instance__id")
+
+
+@admin.register(models.Wait)
+class WaitAdmin(ReadOnlyAdmin):
+    list_display = ("id", "step", "kind", "generation", "state", "deadline_at", "winner_signal")
+    list_select_related = ("step",)
+    list_filter = ("kind", "state")
+    search_fields = ("=id", "=instance__id")
+
+
+@admin.register(models.Signal)
+class SignalAdmin(ReadOnlyAdmin):
+    list_display = ("id", "workflow", "name", "target_step_key", "state", "disposition", "accepted_at")
+    list_filter = ("state", "disposition")
+    search_fields = ("=id", "=workflow__id", "name")
+
+
+class AuditAdmin(ReadOnlyAdmin):
+    list_display = ("id", "action", "actor_id", "operation_id", "created_at")
+    list_filter = ("action",)
+    search_fields = ("=id", "=operation_id", "=actor_id")
+    ordering = ("-created_at",)
+
+
+@admin.register(models.SignalOperation)
+class SignalOperationAdmin(AuditAdmin):
+    search_fields = AuditAdmin.search_fields + ("=workflow__id", "=signal__id")
+
+
+@admin.register(models.WorkflowOperation)
+class WorkflowOperationAdmin(AuditAdmin):
+    list_display = ("id", "action", "workflow", "step_key", "actor_id", "created_at")
+    search_fields = AuditAdmin.search_fields + ("=workflow__id",)
+
+
+@admin.register(models.ExecutionAudit)
+class ExecutionAuditAdmin(AuditAdmin):
+    search_fields = AuditAdmin.search_fields + ("=task__id",)
+
+
+@admin.register(models.IdempotencyReceipt)
+class IdempotencyReceiptAdmin(ReadOnlyAdmin):
+    list_display = ("key", "operation", "namespace", "workflow", "status_code", "created_at")
+    list_select_related = ("namespace",)
+    search_fields = ("=key", "=workflow__id")
+
+
+@admin.register(models.Continuation)
+class ContinuationAdmin(ReadOnlyAdmin):
+    list_display = ("id", "instance", "step_key", "kind", "state", "created_at", "applied_at")
+    list_filter = ("state",)
+    search_fields = ("=id", "=instance__id")

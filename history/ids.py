@@ -1,0 +1,31 @@
+"""Identifier, step-key and revision formats (SPEC §2)."""
+
+import re
+import uuid
+
+ID_PATTERN = re.compile(r"[0-9a-f]{32}")
+STEP_KEY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
+REVISION_PATTERN = re.compile(r"[1-9][0-9]{0,19}")
+ROOT_STEP_KEY = "$root"
+MAX_UINT64 = 2**64 - 1
+MAX_UINT32 = 2**32 - 1
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def is_id(value: object) -> bool:
+    return isinstance(value, str) and ID_PATTERN.fullmatch(value) is not None
+
+
+def is_step_key(value: object) -> bool:
+    return isinstance(value, str) and value.isascii() and STEP_KEY_PATTERN.fullmatch(value) is not None
+
+
+def parse_revision(value: object) -> int | None:
+    """A revision sent as a decimal string, or None when it is not one."""
+    if not isinstance(value, str) or not value.isascii() or REVISION_PATTERN.fullmatch(value) is None:
+        return None
+    number = int(value)
+    return number if number <= MAX_UINT64 else None

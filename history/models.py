@@ -1,0 +1,634 @@
+"""The engine's tables (SPEC §3).
+
+Rules that hold for every table here:
+- ids are 32 lowercase hex characters in a CharField (never UUIDField);
+- relations are ``ForeignKey(db_constraint=False)``: the database holds zero foreign
+  keys and the code checks ownership explicitly (a broken relation is corruption);
+- client JSON (inputs, outputs, results, payloads) is stored as exact text
+  (``history.exactjson``); NULL means absent, the text ``null`` an explicit null.
+"""
+
+from django.conf import settings
+from django.db import models
+
+from history import clock
+from history.ids import new_id
+
+
+def _id_field() -> models.CharField:
+    return models.CharField(primary_key=True, max_length=32, default=new_id, editable=False)
+
+
+def _ref(to: str, *, null: bool = False, related_name: str = "+", db_index: bool = True) -> models.ForeignKey:
+    return models.ForeignKey(
+        to,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=null,
+        blank=null,
+        related_name=related_name,
+        db_index=db_index,
+    )
+
+
+def _exact_json(*, null: bool = True) -> models.TextField:
+    return models.TextField(null=null, blank=null)
+
+
+class Revision(models.PositiveBigIntegerField):
+    """An unsigned 64-bit revision counter, starting at 1."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("default", 1)
+        super().__init__(*args, **kwargs)
+
+
+class Namespace(models.Model):
+    id = _id_field()
+    name = models.CharField(max_length=128, unique=True)
+    created_at = models.DateTimeField(default=clock.now)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Application(models.Model):
+    """An application and its quota of active tasks."""
+
+    id = _id_field()
+    namespace = _ref("Namespace", db_index=False)
+    name = models.CharField(max_length=128)
+    max_active_tasks = models.PositiveIntegerField(default=100)
+    active_tasks = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["namespace", "name"], name="application_ns_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Queue(models.Model):
+    id = _id_field()
+    namespace = _ref("Namespace", db_index=False)
+    name = models.CharField(max_length=128)
+    max_active_tasks = models.PositiveIntegerField(default=100)
+    active_tasks = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["namespace", "name"], name="queue_ns_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Scope(models.TextChoices):
+    READ = "workflows:read"
+    AUDIT_READ = "workflows:audit:read"
+    RECOVER = "workflows:recover"
+    WRITE = "workflows:write"
+    CONTROL = "workflows:control"
+    TASKS_WORK = "tasks:work"
+
+
+class Credential(models.Model):
+    """A bearer token. Only its SHA-256 digest is stored; the token is shown once."""
+
+    id = _id_field()
+    namespace = _ref("Namespace", db_index=False)
+    application = _ref("Application", null=True, db_index=False)
+    actor_id = models.CharField(max_length=32)
+    label = models.CharField(max_length=128, blank=True)
+    key_id = models.CharField(max_length=16, unique=True)
+    token_digest = models.CharField(max_length=64)
+    scopes = models.JSONField(default=list)
+    # "*" for every queue of the namespace, otherwise a list of queue names.
+    queue_access = models.JSONField(default=list)
+    created_at = models.DateTimeField(default=clock.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.label or self.key_id
+
+    def has_scope(self, scope: str) -> bool:
+        return scope in self.scopes
+
+    def can_access_queues(self, names: list[str]) -> bool:
+        return self.queue_access == "*" or set(names) <= set(self.queue_access)
+
+
+class Operator(models.Model):
+    """The identity a Django admin user acts under."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        primary_key=True,
+        related_name="weave_operator",
+    )
+    namespace = _ref("Namespace", db_index=False)
+    actor_id = models.CharField(max_length=32)
+    queue_access = models.JSONField(default=list)
+
+    def can_access_queues(self, names: list[str]) -> bool:
+        return self.queue_access == "*" or set(names) <= set(self.queue_access)
+
+
+class WorkflowDefinition(models.Model):
+    """A fixed, versioned step graph. Immutable once created."""
+
+    id = _id_field()
+    namespace = _ref("Namespace", db_index=False)
+    name = models.CharField(max_length=128)
+    version = models.PositiveIntegerField()
+    spec = models.JSONField()
+    # Sorted names of every queue the steps reference; access checks use it.
+    queues = models.JSONField(default=list)
+    created_at = models.DateTimeField(default=clock.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "name", "version"], name="definition_ns_name_version")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} v{self.version}"
+
+    def step_spec(self, key: str) -> dict | None:
+        for step in self.spec["steps"]:
+            if step["key"] == key:
+                return step
+        return None
+
+
+class InstanceState(models.TextChoices):
+    RUNNING = "RUNNING"
+    NEEDS_REVIEW = "NEEDS_REVIEW"
+    CANCELLING = "CANCELLING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+class StopKind(models.TextChoices):
+    CANCEL = "CANCEL"
+    FAIL = "FAIL"
+
+
+class WorkflowInstance(models.Model):
+    id = _id_field()
+    namespace = _ref("Namespace", db_index=False)
+    definition = _ref("WorkflowDefinition")
+    business_key = models.CharField(max_length=256, blank=True, db_index=True)
+    state = models.CharField(max_length=16, choices=InstanceState.choices, default=InstanceState.RUNNING)
+    paused = models.BooleanField(default=False)
+    stop_kind = models.CharField(max_length=8, choices=StopKind.choices, null=True, blank=True)
+    stop_reason = models.CharField(max_length=1024, blank=True)
+    revision = Revision()
+    control_revision = Revision()
+    input = _exact_json(null=False)
+    output = _exact_json()
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    review_reason = models.CharField(max_length=1024, blank=True)
+    created_at = models.DateTimeField(default=clock.now)
+    updated_at = models.DateTimeField(default=clock.now)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["namespace", "state", "updated_at"], name="instance_ns_state_updated"),
+            models.Index(fields=["namespace", "created_at", "id"], name="instance_ns_created"),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class Gate(models.Model):
+    """Open iff the instance is RUNNING and not paused; tasks start only through an open gate."""
+
+    instance = models.OneToOneField(
+        "WorkflowInstance",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        primary_key=True,
+        related_name="gate",
+    )
+    open = models.BooleanField(default=True)
+    revision = Revision()
+
+
+class StepKind(models.TextChoices):
+    ROOT = "ROOT"
+    TASK = "TASK"
+    POLL = "POLL"
+    SIGNAL = "SIGNAL"
+    TIMER = "TIMER"
+
+
+class StepState(models.TextChoices):
+    PENDING = "PENDING"
+    ACTIVE = "ACTIVE"
+    WAITING = "WAITING"
+    NEEDS_REVIEW = "NEEDS_REVIEW"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+class Step(models.Model):
+    id = _id_field()
+    instance = _ref("WorkflowInstance", db_index=False, related_name="steps")
+    key = models.CharField(max_length=64)
+    kind = models.CharField(max_length=8, choices=StepKind.choices)
+    state = models.CharField(max_length=16, choices=StepState.choices, default=StepState.PENDING)
+    current_activation = _ref("Activation", null=True, db_index=False)
+    revision = Revision()
+    output = _exact_json()
+    # The latest management conclusion (ResolveStep): conclusion, result digest, operation id.
+    resolution = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=clock.now)
+    updated_at = models.DateTimeField(default=clock.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["instance", "key"], name="step_instance_key")]
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class ActivationState(models.TextChoices):
+    ACTIVE = "ACTIVE"
+    WAITING = "WAITING"
+    NEEDS_REVIEW = "NEEDS_REVIEW"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    SUPERSEDED = "SUPERSEDED"
+
+
+class Activation(models.Model):
+    id = _id_field()
+    step = _ref("Step", db_index=False, related_name="activations")
+    instance = _ref("WorkflowInstance")
+    sequence = models.PositiveIntegerField()
+    state = models.CharField(max_length=16, choices=ActivationState.choices, default=ActivationState.ACTIVE)
+    revision = Revision()
+    task = _ref("Task", null=True)
+    input = _exact_json(null=False)
+    output = _exact_json()
+    # The outcome a REVIEWED result event carried (ReviewTask): recorded, not a step conclusion.
+    verified_outcome = models.CharField(max_length=16, blank=True)
+    verified_result = _exact_json()
+    resolution = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=clock.now)
+    updated_at = models.DateTimeField(default=clock.now)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    latest_start_at = models.DateTimeField(null=True, blank=True)
+    # POLL: the business round this activation started at and its frozen limits.
+    first_round = models.PositiveIntegerField(null=True, blank=True)
+    first_round_attempts_used = models.PositiveIntegerField(null=True, blank=True)
+    used_rounds = models.PositiveIntegerField(null=True, blank=True)
+    max_rounds = models.PositiveIntegerField(null=True, blank=True)
+    attempts_per_round = models.PositiveIntegerField(null=True, blank=True)
+    interval_seconds = models.PositiveIntegerField(null=True, blank=True)
+    poll_deadline_at = models.DateTimeField(null=True, blank=True)
+    round_deadline_at = models.DateTimeField(null=True, blank=True)
+    last_task = _ref("Task", null=True, db_index=False)
+    next_round_at = models.DateTimeField(null=True, blank=True)
+    last_round_classification = models.CharField(max_length=16, blank=True)
+    wait = _ref("Wait", null=True, db_index=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["step", "sequence"], name="activation_step_sequence")]
+        indexes = [models.Index(fields=["state", "next_round_at"], name="activation_state_next_round")]
+
+    def __str__(self) -> str:
+        return f"{self.step_id}#{self.sequence}"
+
+
+class TaskState(models.TextChoices):
+    QUEUED = "QUEUED"
+    LEASED = "LEASED"
+    NEEDS_REVIEW = "NEEDS_REVIEW"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+TERMINAL_TASK_STATES = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED)
+
+
+class Task(models.Model):
+    id = _id_field()
+    namespace = _ref("Namespace", db_index=False)
+    application = _ref("Application", db_index=False)
+    queue = _ref("Queue", db_index=False)
+    handler = models.CharField(max_length=128)
+    priority = models.IntegerField(default=0)
+    input = _exact_json(null=False)
+    business_key = models.CharField(max_length=256, blank=True)
+    concurrency_key = models.CharField(max_length=256, blank=True)
+    state = models.CharField(max_length=16, choices=TaskState.choices, default=TaskState.QUEUED)
+    revision = Revision()
+    attempt_count = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=1)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    latest_start_at = models.DateTimeField(null=True, blank=True)
+    # At most one direct successor per task: the unique index enforces it.
+    retry_of = models.OneToOneField(
+        "self", on_delete=models.DO_NOTHING, db_constraint=False, null=True, blank=True, related_name="+"
+    )
+    source_instance = _ref("WorkflowInstance")
+    source_activation = _ref("Activation", db_index=False)
+    source_round = models.PositiveIntegerField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, blank=True)
+    result = _exact_json()
+    permit_held = models.BooleanField(default=True)
+    review_conclusion = models.CharField(max_length=16, blank=True)
+    execution_settled = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=clock.now)
+    updated_at = models.DateTimeField(default=clock.now)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["queue", "state", "priority", "created_at"], name="task_queue_state_priority"),
+            models.Index(fields=["source_activation", "created_at"], name="task_source_activation"),
+            models.Index(fields=["namespace", "state", "updated_at"], name="task_ns_state_updated"),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class AttemptState(models.TextChoices):
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    UNKNOWN = "UNKNOWN"
+    CANCELLED = "CANCELLED"
+
+
+class Attempt(models.Model):
+    """One lease of a task by a worker."""
+
+    id = _id_field()
+    task = _ref("Task", db_index=False, related_name="attempts")
+    number = models.PositiveIntegerField()
+    worker = models.CharField(max_length=128)
+    state = models.CharField(max_length=16, choices=AttemptState.choices, default=AttemptState.RUNNING)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(default=clock.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    result = _exact_json()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task", "number"], name="attempt_task_number")]
+        indexes = [models.Index(fields=["state", "lease_expires_at"], name="attempt_state_lease")]
+
+
+class ResultKind(models.TextChoices):
+    RESULT = "RESULT"
+    UNKNOWN = "UNKNOWN"
+    REVIEWED = "REVIEWED"
+
+
+class ResultEvent(models.Model):
+    """The task result stream: one ordered sequence per task."""
+
+    id = _id_field()
+    task = _ref("Task", db_index=False)
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=ResultKind.choices)
+    outcome = models.CharField(max_length=16, blank=True)
+    result = _exact_json()
+    task_revision = models.PositiveBigIntegerField()
+    created_at = models.DateTimeField(default=clock.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task", "seq"], name="result_event_task_seq")]
+
+
+class InboxSource(models.TextChoices):
+    RESULT_EVENT = "RESULT_EVENT"
+    SIGNAL = "SIGNAL"
+
+
+class InboxState(models.TextChoices):
+    PENDING = "PENDING"
+    CONSUMED = "CONSUMED"
+    QUARANTINED = "QUARANTINED"
+
+
+class Disposition(models.TextChoices):
+    APPLIED = "APPLIED"
+    LATE_RECORDED = "LATE_RECORDED"
+    DUPLICATE = "DUPLICATE"
+    BUFFERED = "BUFFERED"
+    REJECTED = "REJECTED"
+    CONTRACT_VIOLATION = "CONTRACT_VIOLATION"
+    EXPIRED = "EXPIRED"
+
+
+class InboxRecord(models.Model):
+    id = _id_field()
+    instance = _ref("WorkflowInstance", db_index=False)
+    source_kind = models.CharField(max_length=16, choices=InboxSource.choices)
+    source_id = models.CharField(max_length=32)
+    task = _ref("Task", null=True, db_index=False)
+    activation = _ref("Activation", null=True, db_index=False)
+    signal = _ref("Signal", null=True, db_index=False)
+    state = models.CharField(max_length=16, choices=InboxState.choices, default=InboxState.PENDING)
+    disposition = models.CharField(max_length=24, choices=Disposition.choices, blank=True)
+    quarantine_reason = models.CharField(max_length=1024, blank=True)
+    created_at = models.DateTimeField(default=clock.now)
+    consumed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["source_kind", "source_id"], name="inbox_source")]
+        indexes = [
+            models.Index(fields=["instance", "state", "created_at"], name="inbox_instance_state"),
+            models.Index(fields=["state", "created_at"], name="inbox_state_created"),
+        ]
+
+
+class PollRound(models.Model):
+    """One business round of a POLL activation and its query task."""
+
+    id = _id_field()
+    activation = _ref("Activation", db_index=False)
+    instance = _ref("WorkflowInstance", db_index=False)
+    round = models.PositiveIntegerField()
+    task = _ref("Task", db_index=False)
+    created_at = models.DateTimeField(default=clock.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["activation", "round", "id"], name="poll_round_activation_round")]
+
+
+class WaitKind(models.TextChoices):
+    SIGNAL = "SIGNAL"
+    TIMER = "TIMER"
+    POLL_FINAL_SIGNAL = "POLL_FINAL_SIGNAL"
+
+
+class WaitState(models.TextChoices):
+    WAITING = "WAITING"
+    SATISFIED = "SATISFIED"
+    EXPIRED = "EXPIRED"
+    SUPERSEDED = "SUPERSEDED"
+    CANCELLED = "CANCELLED"
+    NEEDS_REVIEW = "NEEDS_REVIEW"
+
+
+class Wait(models.Model):
+    id = _id_field()
+    instance = _ref("WorkflowInstance", db_index=False)
+    step = _ref("Step", db_index=False)
+    activation = _ref("Activation", db_index=False)
+    kind = models.CharField(max_length=20, choices=WaitKind.choices)
+    generation = models.PositiveIntegerField(default=1)
+    signal_name = models.CharField(max_length=128, blank=True)
+    payload_version = models.CharField(max_length=64, blank=True)
+    correlation_key = models.CharField(max_length=256, blank=True)
+    deadline_at = models.DateTimeField()
+    fire_at = models.DateTimeField(null=True, blank=True)
+    state = models.CharField(max_length=16, choices=WaitState.choices, default=WaitState.WAITING)
+    winner_signal = _ref("Signal", null=True, db_index=False)
+    created_at = models.DateTimeField(default=clock.now)
+    updated_at = models.DateTimeField(default=clock.now)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["step", "state"], name="wait_step_state"),
+            models.Index(fields=["state", "deadline_at"], name="wait_state_deadline"),
+        ]
+
+
+class SignalState(models.TextChoices):
+    PENDING = "PENDING"
+    CONSUMED = "CONSUMED"
+    REJECTED = "REJECTED"
+    EXPIRED = "EXPIRED"
+    QUARANTINED = "QUARANTINED"
+
+
+class Signal(models.Model):
+    id = _id_field()
+    namespace = _ref("Namespace", db_index=False)
+    workflow = _ref("WorkflowInstance", db_index=False)
+    revision = Revision()
+    name = models.CharField(max_length=128)
+    payload_version = models.CharField(max_length=64, blank=True)
+    payload = _exact_json(null=False)
+    correlation_key = models.CharField(max_length=256, blank=True)
+    target_step_key = models.CharField(max_length=64)
+    # 0 only on legacy rows accepted before targets carried a sequence.
+    target_activation_sequence = models.PositiveIntegerField(default=0)
+    state = models.CharField(max_length=16, choices=SignalState.choices, default=SignalState.PENDING)
+    disposition = models.CharField(max_length=24, choices=Disposition.choices, blank=True)
+    accepted_at = models.DateTimeField(default=clock.now)
+    expires_at = models.DateTimeField()
+    actor_id = models.CharField(max_length=32)
+    evidence_ref = models.CharField(max_length=512, blank=True)
+    consumed_wait = _ref("Wait", null=True, db_index=False)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["workflow", "target_step_key", "state"], name="signal_target_state"),
+            # Seed migration workflow_signal_history: only this index, in a migration of its own.
+            models.Index(fields=["namespace", "workflow", "accepted_at", "id"], name="workflow_signal_history"),
+        ]
+
+
+class AuditRecord(models.Model):
+    """Shared shape of the three audits: who did what, why, on which evidence, before → after."""
+
+    id = _id_field()
+    namespace = _ref("Namespace", db_index=False)
+    operation_id = models.CharField(max_length=32, default=new_id)
+    actor_id = models.CharField(max_length=32)
+    action = models.CharField(max_length=32)
+    reason = models.CharField(max_length=1024)
+    evidence_ref = models.CharField(max_length=512, blank=True)
+    request_id = models.CharField(max_length=32, blank=True)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=clock.now)
+
+    class Meta:
+        abstract = True
+
+
+class SignalOperation(AuditRecord):
+    """Signal resource audit. ``after`` is the acceptance snapshot and is never rewritten."""
+
+    workflow = _ref("WorkflowInstance", db_index=False)
+    signal = _ref("Signal", db_index=False)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["namespace", "workflow", "signal", "created_at", "id"], name="signal_operation_history"
+            )
+        ]
+
+
+class WorkflowOperation(AuditRecord):
+    workflow = _ref("WorkflowInstance", db_index=False)
+    step_key = models.CharField(max_length=64, blank=True)
+    activation = _ref("Activation", null=True, db_index=False)
+    execution_audit = _ref("ExecutionAudit", null=True, db_index=False)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["namespace", "workflow", "created_at", "id"], name="workflow_operation_history"),
+            models.Index(fields=["action", "created_at"], name="workflow_operation_action"),
+        ]
+
+
+class ExecutionAudit(AuditRecord):
+    task = _ref("Task", db_index=False)
+
+    class Meta:
+        indexes = [models.Index(fields=["namespace", "task", "created_at"], name="execution_audit_task")]
+
+
+class IdempotencyReceipt(models.Model):
+    """The frozen answer to a committed command, replayed for the same key and command."""
+
+    id = _id_field()
+    namespace = _ref("Namespace", db_index=False)
+    key = models.CharField(max_length=128)
+    fingerprint = models.CharField(max_length=64)
+    operation = models.CharField(max_length=32)
+    workflow = _ref("WorkflowInstance", null=True, db_index=False)
+    status_code = models.PositiveSmallIntegerField(default=200)
+    response = models.TextField()
+    created_at = models.DateTimeField(default=clock.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["namespace", "key"], name="receipt_ns_key")]
+
+
+class ContinuationState(models.TextChoices):
+    PENDING = "PENDING"
+    APPLIED = "APPLIED"
+
+
+class Continuation(models.Model):
+    """A request for the runner to advance the graph from a step (``$root``: the whole instance)."""
+
+    id = _id_field()
+    instance = _ref("WorkflowInstance", db_index=False)
+    step_key = models.CharField(max_length=64)
+    kind = models.CharField(max_length=16)
+    state = models.CharField(max_length=16, choices=ContinuationState.choices, default=ContinuationState.PENDING)
+    created_at = models.DateTimeField(default=clock.now)
+    applied_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["state", "created_at"], name="continuation_state_created")]

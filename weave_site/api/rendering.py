@@ -1,0 +1,23 @@
+from rest_framework.renderers import BaseRenderer
+
+from history import exactjson
+from weave_site.api.request_id import request_id_of
+
+
+class ExactJSONRenderer(BaseRenderer):
+    """Wraps every answer in the envelope: ``{request_id, data}`` or ``{request_id, error}``."""
+
+    media_type = "application/json"
+    format = "json"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        renderer_context = renderer_context or {}
+        request = renderer_context.get("request")
+        response = renderer_context.get("response")
+        request_id = request_id_of(request) if request is not None else None
+        if response is not None and response.status_code >= 400:
+            body = {"request_id": request_id, "error": data["error"]}
+        else:
+            body = {"request_id": request_id, "data": data}
+        return exactjson.dumps(body).encode("utf-8")
