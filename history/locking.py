@@ -1,0 +1,145 @@
+"""The one lock order of the code base (SPEC §5.2), and bounded deadlock retry.
+
+Every transaction that writes engine rows — recovery operations and engine transitions
+alike — takes its row locks through a ``LockSet``: credential → application quota →
+operation key → the definition's queues by name → instance → gate → steps by id →
+activations by id → waits by id → tasks by id → inbox records → the per-task result
+stream last. Locks are taken one table at a time (MariaDB has no ``FOR UPDATE OF``, so
+a joined locking read would lock the joined rows out of order).
+"""
+
+import enum
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from django.db import OperationalError, connection, transaction
+from django.db.models import Model
+
+from history import models
+
+logger = logging.getLogger("weave.locking")
+T = TypeVar("T")
+
+
+class Level(enum.IntEnum):
+    CREDENTIAL = 1
+    APPLICATION = 2
+    OPERATION_KEY = 3
+    QUEUE = 4
+    INSTANCE = 5
+    GATE = 6
+    STEP = 7
+    ACTIVATION = 8
+    WAIT = 9
+    TASK = 10
+    INBOX = 11
+    RESULT_STREAM = 12
+
+
+_MODEL_OF = {
+    Level.CREDENTIAL: models.Credential,
+    Level.APPLICATION: models.Application,
+    Level.OPERATION_KEY: models.IdempotencyReceipt,
+    Level.QUEUE: models.Queue,
+    Level.INSTANCE: models.WorkflowInstance,
+    Level.GATE: models.Gate,
+    Level.STEP: models.Step,
+    Level.ACTIVATION: models.Activation,
+    Level.WAIT: models.Wait,
+    Level.TASK: models.Task,
+    Level.INBOX: models.InboxRecord,
+}
+
+
+class LockOrderViolation(AssertionError):
+    """A lock was requested out of the fixed order: a programming error, never retried."""
+
+
+class LockSet:
+    """Row locks for one transaction, refused when they would break the order."""
+
+    def __init__(self) -> None:
+        if not connection.in_atomic_block:
+            raise LockOrderViolation("row locks need an open transaction")
+        self.level = 0
+        self._last_key: object = None
+
+    def _enter(self, level: Level, first_key: object) -> None:
+        if level < self.level or (level == self.level and first_key is not None and first_key < self._last_key):
+            held = Level(self.level).name if self.level in Level._value2member_map_ else "the result stream"
+            raise LockOrderViolation(f"{level.name} locked after {held}")
+        self.level = level
+
+    def lock(self, level: Level, ids: Iterable[str]) -> dict[str, Model]:
+        """Lock the rows of ``level`` with these primary keys, in key order; returns them by key."""
+        if level in (Level.QUEUE, Level.RESULT_STREAM):
+            raise LockOrderViolation(f"use lock_queues / lock_result_stream for {level.name}")
+        keys = sorted(set(ids))
+        if not keys:
+            return {}
+        self._enter(level, keys[0])
+        rows = _MODEL_OF[level].objects.select_for_update().filter(pk__in=keys).order_by("pk")
+        found = {row.pk: row for row in rows}
+        self._last_key = keys[-1]
+        return found
+
+    def lock_one(self, level: Level, pk: str) -> Model | None:
+        return self.lock(level, [pk]).get(pk)
+
+    def lock_queues(self, namespace_id: str, names: Iterable[str]) -> dict[str, models.Queue]:
+        """Lock a definition's queues, sorted by name; returns them by name."""
+        names = sorted(set(names))
+        if not names:
+            return {}
+        self._enter(Level.QUEUE, names[0])
+        rows = (
+            models.Queue.objects.select_for_update().filter(namespace_id=namespace_id, name__in=names).order_by("name")
+        )
+        found = {row.name: row for row in rows}
+        self._last_key = names[-1]
+        return found
+
+    def lock_result_stream(self, task_id: str) -> int:
+        """Lock one task's result stream; returns the next sequence number. Nothing is locked after it."""
+        self._enter(Level.RESULT_STREAM, None)
+        self.level = Level.RESULT_STREAM + 1
+        last = (
+            models.ResultEvent.objects.select_for_update()
+            .filter(task_id=task_id)
+            .order_by("-seq")
+            .values_list("seq", flat=True)
+            .first()
+        )
+        return (last or 0) + 1
+
+
+# MySQL/MariaDB: 1213 deadlock found, 1205 lock wait timeout. SQLite: "database is locked".
+_RETRYABLE_MYSQL = {1213, 1205}
+
+
+def _is_retryable(exc: OperationalError) -> bool:
+    code = exc.args[0] if exc.args else None
+    if code in _RETRYABLE_MYSQL:
+        return True
+    return "database is locked" in str(exc)
+
+
+class RetryStats:
+    deadlocks_retried = 0
+
+
+def atomic_with_retry(fn: Callable[[], T], *, attempts: int = 5) -> T:
+    """Run ``fn`` in one transaction, retrying a deadlock or lock timeout a bounded number of times."""
+    for attempt in range(1, attempts + 1):
+        try:
+            with transaction.atomic():
+                return fn()
+        except OperationalError as exc:
+            if attempt == attempts or not _is_retryable(exc) or connection.in_atomic_block:
+                raise
+            RetryStats.deadlocks_retried += 1
+            logger.warning("retrying after %s (attempt %d)", exc, attempt)
+            time.sleep(0.01 * attempt)
+    raise AssertionError("unreachable")
