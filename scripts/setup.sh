@@ -24,7 +24,9 @@ command -v "$python" >/dev/null || python=python3
 requirements=requirements.txt
 [ "$profile" = dev ] && requirements=requirements-dev.txt
 stamp=.venv/.installed-$profile
-want=$(cat requirements.txt "$requirements" sdk/pyproject.toml 2>/dev/null | sha256sum | cut -c1-16)
+inputs=(requirements.txt "$requirements")
+[ -f sdk/pyproject.toml ] && inputs+=(sdk/pyproject.toml)
+want=$(cat "${inputs[@]}" | sha256sum | cut -c1-16)
 if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
