@@ -1,10 +1,19 @@
 """The engine's tables in the admin, read-only: state changes only through the services."""
 
+import json
+
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
+from django.http import Http404
+from django.template.response import TemplateResponse
 from django.utils.functional import cached_property
+from django.utils.html import format_html, format_html_join
 
 from history import models
+from history.console import instance_page, visible_rows
+from history.graph import step_graph_svg
+from history.identity import identity_of_user
 
 admin.site.site_header = "Weave operations"
 admin.site.site_title = "Weave operations"
@@ -34,6 +43,12 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        if request.user.is_superuser and not hasattr(request.user, "weave_operator"):
+            return queryset
+        return visible_rows(queryset, identity_of_user(request.user))
 
 
 @admin.register(models.Namespace)
@@ -85,6 +100,29 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
     list_filter = ("state", "paused", "stop_kind")
     search_fields = ("=id", "=business_key")
     ordering = ("-updated_at",)
+    instance_template = "admin/history/workflowinstance/instance_page.html"
+
+    def instance_context(self, request, instance) -> dict:
+        """The page's data; recovery's admin adds eligibility and forms on top."""
+        with_audit = request.user.has_perm("history.audit_workflowinstance")
+        page = instance_page(instance=instance, with_audit=with_audit)
+        states = {view.step.key: view.step.state for view in page.steps}
+        return {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"Instance {instance.id}",
+            "page": page,
+            "graph": step_graph_svg(instance.definition.spec.get("steps", []), states),
+            "with_audit": with_audit,
+        }
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        instance = self.get_queryset(request).select_related("definition").filter(pk=object_id).first()
+        if instance is None:
+            raise Http404("no such instance in your namespace")
+        return TemplateResponse(request, self.instance_template, self.instance_context(request, instance))
 
 
 @admin.register(models.Gate)
@@ -160,11 +198,49 @@ class SignalAdmin(ReadOnlyAdmin):
     search_fields = ("=id", "=workflow__id", "name")
 
 
+def before_after_table(before, after):
+    """Before and after side by side, one row per key, changed keys highlighted."""
+    before_map = before if isinstance(before, dict) else {"value": before}
+    after_map = after if isinstance(after, dict) else {"value": after}
+    keys = list(dict.fromkeys([*before_map, *after_map]))
+
+    def cell(mapping, key):
+        return json.dumps(mapping[key], ensure_ascii=False, sort_keys=True) if key in mapping else "—"
+
+    rows = format_html_join(
+        "",
+        '<tr class="{}"><th>{}</th><td><code>{}</code></td><td><code>{}</code></td></tr>',
+        (
+            (
+                "changed" if cell(before_map, k) != cell(after_map, k) else "same",
+                k,
+                cell(before_map, k),
+                cell(after_map, k),
+            )
+            for k in keys
+        ),
+    )
+    return format_html(
+        "<style>.weave-diff tr.changed td, .weave-diff tr.changed th {{ background: #fff8e1; }}</style>"
+        '<table class="weave-diff"><thead><tr><th>field</th><th>before</th><th>after</th></tr></thead>'
+        "<tbody>{}</tbody></table>",
+        rows,
+    )
+
+
 class AuditAdmin(ReadOnlyAdmin):
     list_display = ("id", "action", "actor_id", "operation_id", "created_at")
-    list_filter = ("action",)
+    list_filter = ("action", ("created_at", admin.DateFieldListFilter))
     search_fields = ("=id", "=operation_id", "=actor_id")
     ordering = ("-created_at",)
+    readonly_fields = ("before_and_after",)
+
+    def has_view_permission(self, request, obj=None):
+        return super().has_view_permission(request, obj) and request.user.has_perm("history.audit_workflowinstance")
+
+    @admin.display(description="before → after")
+    def before_and_after(self, obj):
+        return before_after_table(obj.before, obj.after)
 
 
 @admin.register(models.SignalOperation)

@@ -31,3 +31,27 @@ def queue_set(access: object) -> frozenset[str] | None:
     if access == "*":
         return None
     return frozenset(access or [])
+
+
+# Django permission → API scope, for admin users acting under an Operator identity.
+PERMISSION_SCOPES = {
+    "history.view_workflowinstance": "workflows:read",
+    "history.audit_workflowinstance": "workflows:audit:read",
+    "history.recover_workflowinstance": "workflows:recover",
+    "history.control_workflowinstance": "workflows:control",
+    "history.signal_workflowinstance": "workflows:write",
+}
+
+
+def identity_of_user(user) -> Identity | None:
+    """The identity of an admin user: its Operator row plus the scopes its permissions grant."""
+    operator = getattr(user, "weave_operator", None) if user.is_authenticated else None
+    if operator is None:
+        return None
+    scopes = frozenset(scope for perm, scope in PERMISSION_SCOPES.items() if user.has_perm(perm))
+    return Identity(
+        namespace_id=operator.namespace_id,
+        actor_id=operator.actor_id,
+        scopes=scopes,
+        queues=queue_set(operator.queue_access),
+    )

@@ -201,6 +201,13 @@ class WorkflowInstance(models.Model):
             models.Index(fields=["namespace", "state", "updated_at"], name="instance_ns_state_updated"),
             models.Index(fields=["namespace", "created_at", "id"], name="instance_ns_created"),
         ]
+        # Admin permissions that map to API scopes (history.identity.identity_of_user).
+        permissions = [
+            ("recover_workflowinstance", "Can run the recovery operations (workflows:recover)"),
+            ("control_workflowinstance", "Can pause, resume and cancel (workflows:control)"),
+            ("signal_workflowinstance", "Can send signals (workflows:write)"),
+            ("audit_workflowinstance", "Can read the audit trail (workflows:audit:read)"),
+        ]
 
     def __str__(self) -> str:
         return self.id

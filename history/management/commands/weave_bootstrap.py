@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from history.credentials import credential_issue
+from history.groups import GROUPS
 from history.models import Operator, Scope
 from history.tenancy import actor_id_for, is_name, namespace_ensure
 
@@ -25,6 +26,12 @@ class Command(BaseCommand):
         parser.add_argument("--recover-access", action="store_true", help="also grant workflows:recover")
         parser.add_argument("--label", default="")
         parser.add_argument("--admin-user", default=None, help="also create an admin login acting as this actor")
+        parser.add_argument(
+            "--group",
+            action="append",
+            choices=sorted(GROUPS),
+            help="console group of the admin user (repeatable; default: operators)",
+        )
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args, **options):
@@ -58,7 +65,9 @@ class Command(BaseCommand):
                 scopes=scopes,
                 queue_access=queue_access,
             )
-            admin_password = self._admin_user(options["admin_user"], ns.id, actor_id, queue_access)
+            admin_password = self._admin_user(
+                options["admin_user"], options["group"] or ["operators"], ns.id, actor_id, queue_access
+            )
         summary = {
             "token": issued.token,
             "credential_id": issued.credential.id,
@@ -79,17 +88,18 @@ class Command(BaseCommand):
             if admin_password is not None:
                 self.stdout.write(f"admin login: {options['admin_user']} / {admin_password}")
 
-    def _admin_user(self, username, namespace_id, actor_id, queue_access) -> str | None:
+    def _admin_user(self, username, groups, namespace_id, actor_id, queue_access) -> str | None:
         if username is None:
             return None
         from django.contrib.auth import get_user_model
+        from django.contrib.auth.models import Group
 
         user, _ = get_user_model().objects.get_or_create(username=username)
         password = secrets.token_urlsafe(12)
         user.set_password(password)
         user.is_staff = True
-        user.is_superuser = True
         user.save()
+        user.groups.set(Group.objects.filter(name__in=groups))
         Operator.objects.update_or_create(
             user=user, defaults={"namespace_id": namespace_id, "actor_id": actor_id, "queue_access": queue_access}
         )

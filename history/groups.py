@@ -1,0 +1,31 @@
+"""The console's three groups and what each may do; kept in sync after every migrate."""
+
+from django.contrib.auth.models import Group, Permission
+
+AUDIT_MODELS = {"signaloperation", "workflowoperation", "executionaudit", "idempotencyreceipt", "credential"}
+WORKFLOW_PERMISSIONS = {
+    "recover": "recover_workflowinstance",
+    "control": "control_workflowinstance",
+    "signal": "signal_workflowinstance",
+    "audit": "audit_workflowinstance",
+}
+
+GROUPS = {
+    "operators": {"views": "engine", "workflow": ("recover", "control", "signal")},
+    "auditors": {"views": "all", "workflow": ("audit",)},
+    "viewers": {"views": "engine", "workflow": ()},
+}
+
+
+def groups_ensure(**_kwargs) -> None:
+    """Create or update the operators, auditors and viewers groups."""
+    history_permissions = Permission.objects.filter(content_type__app_label="history")
+    views = [p for p in history_permissions if p.codename.startswith("view_")]
+    by_codename = {p.codename: p for p in history_permissions}
+    for name, grant in GROUPS.items():
+        group, _ = Group.objects.get_or_create(name=name)
+        chosen = [p for p in views if grant["views"] == "all" or p.codename[len("view_") :] not in AUDIT_MODELS]
+        chosen += [
+            by_codename[WORKFLOW_PERMISSIONS[w]] for w in grant["workflow"] if WORKFLOW_PERMISSIONS[w] in by_codename
+        ]
+        group.permissions.set(chosen)

@@ -1,0 +1,133 @@
+"""The admin console's read side: scoping by namespace and queues, the instance page, audits."""
+
+import pytest
+from django.contrib.auth.models import Group, User
+
+from history import models
+from history.ids import ROOT_STEP_KEY
+from history.tenancy import namespace_ensure
+
+pytestmark = pytest.mark.django_db
+
+SPEC = {
+    "steps": [
+        {"key": "charge", "kind": "TASK", "after": [], "queue": "payments"},
+        {"key": "notify", "kind": "TASK", "after": ["charge"], "queue": "payments"},
+    ]
+}
+
+
+def _instance(namespace, *, queues=("payments",), charge_state="NEEDS_REVIEW"):
+    definition = models.WorkflowDefinition.objects.create(
+        namespace=namespace,
+        name="checkout",
+        version=models.WorkflowDefinition.objects.count() + 1,
+        spec=SPEC,
+        queues=list(queues),
+    )
+    instance = models.WorkflowInstance.objects.create(
+        namespace=namespace, definition=definition, state="NEEDS_REVIEW", input="{}", revision=7
+    )
+    models.Gate.objects.create(instance=instance, open=False)
+    models.Step.objects.create(instance=instance, key=ROOT_STEP_KEY, kind="ROOT", state="ACTIVE")
+    charge = models.Step.objects.create(instance=instance, key="charge", kind="TASK", state=charge_state)
+    models.Step.objects.create(instance=instance, key="notify", kind="TASK")
+    activation = models.Activation.objects.create(
+        step=charge, instance=instance, sequence=1, state=charge_state, input='{"amount":1.10}'
+    )
+    charge.current_activation = activation
+    charge.save()
+    return instance
+
+
+def _user(name, namespace, group, queues="*"):
+    user = User.objects.create_user(name, password="pw", is_staff=True)
+    user.groups.set([Group.objects.get(name=group)])
+    models.Operator.objects.create(user=user, namespace=namespace, actor_id="b" * 32, queue_access=queues)
+    return user
+
+
+@pytest.fixture
+def acme():
+    return namespace_ensure(name="acme", application="billing", queues=["payments"])[0]
+
+
+def test_the_migrate_creates_the_three_console_groups():
+    assert set(Group.objects.values_list("name", flat=True)) >= {"operators", "auditors", "viewers"}
+    operators = Group.objects.get(name="operators").permissions.values_list("codename", flat=True)
+    auditors = Group.objects.get(name="auditors").permissions.values_list("codename", flat=True)
+    viewers = Group.objects.get(name="viewers").permissions.values_list("codename", flat=True)
+    assert "recover_workflowinstance" in operators
+    assert "recover_workflowinstance" not in auditors and "recover_workflowinstance" not in viewers
+    assert "audit_workflowinstance" in auditors and "audit_workflowinstance" not in viewers
+    assert "view_signaloperation" in auditors and "view_signaloperation" not in viewers
+
+
+def test_the_instance_page_draws_the_graph_and_the_timeline(client, acme):
+    instance = _instance(acme)
+    client.force_login(_user("olga", acme, "operators"))
+    response = client.get(f"/admin/history/workflowinstance/{instance.id}/change/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert '<svg xmlns="http://www.w3.org/2000/svg" class="weave-graph"' in html
+    assert 'class="step state-NEEDS_REVIEW" data-step="charge"' in html
+    assert 'class="step state-PENDING" data-step="notify"' in html
+    assert 'data-sequence="1"' in html
+    assert 'id="audit"' not in html
+
+
+def test_an_instance_of_another_namespace_is_not_found(client, acme):
+    other = namespace_ensure(name="other", application="x", queues=["payments"])[0]
+    instance = _instance(other)
+    client.force_login(_user("olga", acme, "operators"))
+    assert client.get(f"/admin/history/workflowinstance/{instance.id}/change/").status_code == 404
+    assert instance.id not in client.get("/admin/history/workflowinstance/").content.decode()
+
+
+def test_an_instance_behind_an_inaccessible_queue_is_hidden(client, acme):
+    instance = _instance(acme, queues=("payments", "ledger"))
+    client.force_login(_user("olga", acme, "operators", queues=["payments"]))
+    assert client.get(f"/admin/history/workflowinstance/{instance.id}/change/").status_code == 404
+    changelist = client.get("/admin/history/workflowinstance/")
+    assert changelist.status_code == 200
+    assert instance.id not in changelist.content.decode()
+
+
+def test_auditors_see_the_audit_with_before_and_after(client, acme):
+    instance = _instance(acme)
+    operation = models.WorkflowOperation.objects.create(
+        namespace=acme,
+        workflow=instance,
+        actor_id="c" * 32,
+        action="workflow.continue",
+        reason="checked",
+        before={"state": "NEEDS_REVIEW", "paused": False},
+        after={"state": "RUNNING", "paused": False},
+    )
+    client.force_login(_user("audrey", acme, "auditors"))
+    page = client.get(f"/admin/history/workflowinstance/{instance.id}/change/").content.decode()
+    assert 'id="audit"' in page and "workflow.continue" in page
+    detail = client.get(f"/admin/history/workflowoperation/{operation.id}/change/")
+    assert detail.status_code == 200
+    html = detail.content.decode()
+    assert '<tr class="changed"><th>state</th>' in html
+    assert '<tr class="same"><th>paused</th>' in html
+
+
+def test_viewers_cannot_open_the_audit_tables(client, acme):
+    client.force_login(_user("vic", acme, "viewers"))
+    assert client.get("/admin/history/workflowoperation/").status_code == 403
+    assert client.get("/admin/history/workflowinstance/").status_code == 200
+
+
+def test_no_engine_table_can_be_added_changed_or_deleted_in_the_admin(client, acme):
+    from django.contrib import admin
+
+    user = User.objects.create_superuser("root", password="pw")
+    request = type("R", (), {"user": user})()
+    for model, model_admin in admin.site._registry.items():
+        if model._meta.app_label != "history":
+            continue
+        assert not model_admin.has_add_permission(request), model
+        assert not model_admin.has_change_permission(request), model
+        assert not model_admin.has_delete_permission(request), model
