@@ -200,8 +200,9 @@ class SignalAdmin(ReadOnlyAdmin):
 
 def before_after_table(before, after):
     """Before and after side by side, one row per key, changed keys highlighted."""
-    before_map = before if isinstance(before, dict) else {"value": before}
-    after_map = after if isinstance(after, dict) else {"value": after}
+    # None is "no prior state" (an acceptance), not a value to compare.
+    before_map = {} if before is None else before if isinstance(before, dict) else {"value": before}
+    after_map = {} if after is None else after if isinstance(after, dict) else {"value": after}
     keys = list(dict.fromkeys([*before_map, *after_map]))
 
     def cell(mapping, key):
@@ -234,6 +235,7 @@ class AuditAdmin(ReadOnlyAdmin):
     search_fields = ("=id", "=operation_id", "=actor_id")
     ordering = ("-created_at",)
     readonly_fields = ("before_and_after",)
+    exclude = ("before", "after")
 
     def has_view_permission(self, request, obj=None):
         return super().has_view_permission(request, obj) and request.user.has_perm("history.audit_workflowinstance")
