@@ -30,6 +30,40 @@ class CappedCountPaginator(Paginator):
         return self.object_list[: self.CAP + 1].count()
 
 
+class DefinitionFilter(admin.SimpleListFilter):
+    """Definitions of the user's namespace: a small table, never a DISTINCT over instances."""
+
+    title = "definition"
+    parameter_name = "definition"
+
+    def lookups(self, request, model_admin):
+        rows = scoped(request, models.WorkflowDefinition.objects.order_by("name", "version"))
+        return [(d.id, str(d)) for d in rows]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(definition_id=self.value()) if self.value() else queryset
+
+
+class QueueFilter(admin.SimpleListFilter):
+    title = "queue"
+    parameter_name = "queue"
+
+    def lookups(self, request, model_admin):
+        rows = scoped(request, models.Queue.objects.order_by("name"))
+        return [(q.id, q.name) for q in rows]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(queue_id=self.value()) if self.value() else queryset
+
+
+def scoped(request, queryset):
+    """What this admin user may see: its operator namespace and queues (a bare superuser sees all)."""
+    user = request.user
+    if user.is_superuser and not hasattr(user, "weave_operator"):
+        return queryset
+    return visible_rows(queryset, identity_of_user(user))
+
+
 class ReadOnlyAdmin(admin.ModelAdmin):
     paginator = CappedCountPaginator
     show_full_result_count = False
@@ -45,10 +79,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
     def get_queryset(self, request):
-        queryset = super().get_queryset(request)
-        if request.user.is_superuser and not hasattr(request.user, "weave_operator"):
-            return queryset
-        return visible_rows(queryset, identity_of_user(request.user))
+        return scoped(request, super().get_queryset(request))
 
 
 @admin.register(models.Namespace)
@@ -97,7 +128,14 @@ class WorkflowDefinitionAdmin(ReadOnlyAdmin):
 class WorkflowInstanceAdmin(ReadOnlyAdmin):
     list_display = ("id", "definition", "business_key", "state", "paused", "stop_kind", "revision", "updated_at")
     list_select_related = ("definition",)
-    list_filter = ("state", "paused", "stop_kind")
+    list_filter = (
+        "state",
+        "paused",
+        "stop_kind",
+        DefinitionFilter,
+        ("updated_at", admin.DateFieldListFilter),
+        ("created_at", admin.DateFieldListFilter),
+    )
     search_fields = ("=id", "=business_key")
     ordering = ("-updated_at",)
     instance_template = "admin/history/workflowinstance/instance_page.html"
@@ -151,7 +189,7 @@ class ActivationAdmin(ReadOnlyAdmin):
 class TaskAdmin(ReadOnlyAdmin):
     list_display = ("id", "queue", "handler", "state", "attempt_count", "max_attempts", "priority", "created_at")
     list_select_related = ("queue",)
-    list_filter = ("state",)
+    list_filter = ("state", QueueFilter, ("created_at", admin.DateFieldListFilter))
     search_fields = ("=id", "=business_key", "=source_instance__id")
     ordering = ("-created_at",)
 

@@ -19,7 +19,6 @@ INSTANCE_PATH = {
     models.Gate: "instance",
     models.Step: "instance",
     models.Activation: "instance",
-    models.Task: "source_instance",
     models.InboxRecord: "instance",
     models.PollRound: "instance",
     models.Wait: "instance",
@@ -27,11 +26,21 @@ INSTANCE_PATH = {
     models.SignalOperation: "workflow",
     models.WorkflowOperation: "workflow",
     models.Continuation: "instance",
-    models.Attempt: "task__source_instance",
-    models.ResultEvent: "task__source_instance",
-    models.ExecutionAudit: "task__source_instance",
     models.IdempotencyReceipt: "workflow",
 }
+# Task rows and their children are scoped by the task's own namespace and fixed queue.
+TASK_PATH = {models.Task: "", models.Attempt: "task", models.ResultEvent: "task", models.ExecutionAudit: "task"}
+
+
+def visible_queue_ids(identity: Identity) -> list[str] | None:
+    """Ids of the queues the identity may access; None for every queue of its namespace."""
+    if identity.queues is None:
+        return None
+    return list(
+        models.Queue.objects.filter(namespace_id=identity.namespace_id, name__in=identity.queues).values_list(
+            "id", flat=True
+        )
+    )
 
 
 def visible_definition_ids(identity: Identity) -> list[str]:
@@ -52,6 +61,11 @@ def visible_rows(queryset: QuerySet, identity: Identity | None) -> QuerySet:
             **{f"{prefix}definition_id__in": visible_definition_ids(identity)}
         )
         return queryset.filter(instances)
+    if model in TASK_PATH:
+        prefix = f"{TASK_PATH[model]}__" if TASK_PATH[model] else ""
+        queryset = queryset.filter(**{f"{prefix}namespace_id": identity.namespace_id})
+        queue_ids = visible_queue_ids(identity)
+        return queryset if queue_ids is None else queryset.filter(**{f"{prefix}queue_id__in": queue_ids})
     if model is models.Namespace:
         return queryset.filter(id=identity.namespace_id)
     if model is models.Queue:

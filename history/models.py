@@ -200,6 +200,7 @@ class WorkflowInstance(models.Model):
         indexes = [
             models.Index(fields=["namespace", "state", "updated_at"], name="instance_ns_state_updated"),
             models.Index(fields=["namespace", "created_at", "id"], name="instance_ns_created"),
+            models.Index(fields=["namespace", "updated_at"], name="instance_ns_updated"),
         ]
         # Admin permissions that map to API scopes (history.identity.identity_of_user).
         permissions = [
@@ -365,6 +366,7 @@ class Task(models.Model):
             models.Index(fields=["queue", "state", "priority", "created_at"], name="task_queue_state_priority"),
             models.Index(fields=["source_activation", "created_at"], name="task_source_activation"),
             models.Index(fields=["namespace", "state", "updated_at"], name="task_ns_state_updated"),
+            models.Index(fields=["namespace", "created_at"], name="task_ns_created"),
         ]
 
     def __str__(self) -> str:

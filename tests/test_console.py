@@ -131,3 +131,18 @@ def test_no_engine_table_can_be_added_changed_or_deleted_in_the_admin(client, ac
         assert not model_admin.has_add_permission(request), model
         assert not model_admin.has_change_permission(request), model
         assert not model_admin.has_delete_permission(request), model
+
+
+def test_tasks_on_an_inaccessible_queue_are_hidden_from_the_task_list(client, acme):
+    instance = _instance(acme)
+    app = models.Application.objects.get(namespace=acme)
+    ledger = models.Queue.objects.create(namespace=acme, name="ledger")
+    payments = models.Queue.objects.get(namespace=acme, name="payments")
+    common = {"namespace": acme, "application": app, "handler": "h", "input": "{}", "source_instance": instance}
+    seen = models.Task.objects.create(queue=payments, source_activation_id="1" * 32, **common)
+    hidden = models.Task.objects.create(queue=ledger, source_activation_id="2" * 32, **common)
+    client.force_login(_user("olga", acme, "operators", queues=["payments"]))
+    html = client.get("/admin/history/task/").content.decode()
+    assert seen.id in html
+    assert hidden.id not in html
+    assert client.get(f"/admin/history/task/{hidden.id}/change/").status_code == 302
