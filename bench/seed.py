@@ -1,0 +1,464 @@
+"""Build a large, consistent history fast, with multi-row inserts (MariaDB/MySQL).
+
+    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench python bench/seed.py [--scale 1.0]
+
+At scale 1.0: one instance with 1 000 000 signals (each with its acceptance audit and inbox
+record), one TASK step with 100 000 activations, one POLL activation with 100 000 rounds, and
+1 000 000 finished instances with one task each across 4 namespaces. Every row respects the
+invariants `manage.py weave_check` verifies (ownership both ways, gap-free sequences, one retry
+successor, quota counters = permits held, revisions, inbox ↔ result events). Writes the ids the
+other benchmarks read to var/bench-seed.json.
+"""
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "weave_site.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.core.management import call_command  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
+from django.db.models import JSONField  # noqa: E402
+
+from history import models as m  # noqa: E402
+from history.ids import ROOT_STEP_KEY, new_id  # noqa: E402
+from history.tenancy import namespace_ensure  # noqa: E402
+
+BATCH = 5000
+SUMMARY = Path(__file__).resolve().parents[1] / "var" / "bench-seed.json"
+ACTOR = "b" * 32
+
+
+class Progress:
+    """A one-line progress bar on stderr."""
+
+    def __init__(self, label: str, total: int) -> None:
+        self.label, self.total, self.done, self.started = label, total, 0, time.monotonic()
+
+    def add(self, count: int) -> None:
+        self.done += count
+        filled = int(30 * self.done / max(self.total, 1))
+        rate = self.done / max(time.monotonic() - self.started, 1e-9)
+        bar = "#" * filled + "." * (30 - filled)
+        sys.stderr.write(f"\r{self.label:<26} [{bar}] {self.done:>9}/{self.total} {rate:>8.0f}/s")
+        if self.done >= self.total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+class Table:
+    """Rows of one model as tuples, written with one multi-row INSERT per batch."""
+
+    def __init__(self, model) -> None:
+        self.fields = model._meta.concrete_fields
+        self.names = [f.attname for f in self.fields]
+        self.defaults = {f.attname: f.get_default() for f in self.fields}
+        self.json = {f.attname for f in self.fields if isinstance(f, JSONField)}
+        columns = ", ".join(connection.ops.quote_name(f.column) for f in self.fields)
+        marks = ", ".join(["%s"] * len(self.fields))
+        self.sql = f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({columns}) VALUES ({marks})"
+        self.rows: list[tuple] = []
+
+    def add(self, **values) -> str:
+        row = {**self.defaults, "id": new_id(), **values} if "id" in self.defaults else {**self.defaults, **values}
+        self.rows.append(tuple(self._db(name, row[name]) for name in self.names))
+        return row.get("id")
+
+    def _db(self, name, value):
+        if name in self.json:
+            return None if value is None else json.dumps(value)
+        if isinstance(value, dt.datetime):
+            return value.astimezone(dt.UTC).replace(tzinfo=None)
+        return value
+
+    def flush(self) -> None:
+        with connection.cursor() as cursor:
+            for start in range(0, len(self.rows), BATCH):
+                cursor.executemany(self.sql, self.rows[start : start + BATCH])
+        self.rows.clear()
+
+
+TABLES = {
+    model: None
+    for model in (
+        m.WorkflowInstance,
+        m.Gate,
+        m.Step,
+        m.Activation,
+        m.Task,
+        m.Attempt,
+        m.ResultEvent,
+        m.InboxRecord,
+        m.PollRound,
+        m.Signal,
+        m.SignalOperation,
+    )
+}
+
+
+def table(model) -> Table:
+    if TABLES[model] is None:
+        TABLES[model] = Table(model)
+    return TABLES[model]
+
+
+def flush_all() -> None:
+    with transaction.atomic():
+        for t in TABLES.values():
+            if t is not None and t.rows:
+                t.flush()
+
+
+DEFINITION_SPEC = {
+    "steps": [
+        {"key": "work", "kind": "TASK", "after": [], "handler": "demo.echo", "queue": "bench", "max_attempts": 10**6},
+        {
+            "key": "poll",
+            "kind": "POLL",
+            "after": [],
+            "handler": "demo.poll_pending",
+            "queue": "bench",
+            "max_rounds": 10**6,
+            "attempts_per_round": 1,
+            "interval_seconds": 1,
+        },
+        {"key": "approve", "kind": "SIGNAL", "after": [], "signal": {"name": "approved", "payload_version": "1"}},
+    ]
+}
+
+
+def add_instance(tenant, when, *, revision, state=m.InstanceState.NEEDS_REVIEW, **extra) -> str:
+    ns, _, _, definition = tenant
+    instance_id = table(m.WorkflowInstance).add(
+        namespace_id=ns.id,
+        definition_id=definition.id,
+        state=state,
+        input="{}",
+        revision=revision,
+        created_at=when,
+        updated_at=when,
+        **extra,
+    )
+    table(m.Gate).add(instance_id=instance_id, open=False, revision=2)
+    finished = state == m.InstanceState.SUCCEEDED
+    table(m.Step).add(
+        instance_id=instance_id,
+        key=ROOT_STEP_KEY,
+        kind=m.StepKind.ROOT,
+        state=m.StepState.SUCCEEDED if finished else m.StepState.ACTIVE,
+        created_at=when,
+        updated_at=when,
+    )
+    return instance_id
+
+
+def add_task(tenant, instance_id, activation_id, when, *, outcome, result, **extra) -> str:
+    """A finished task with its one attempt, its result event and the consumed inbox record."""
+    ns, app, queue, _ = tenant
+    task_id = table(m.Task).add(
+        namespace_id=ns.id,
+        application_id=app.id,
+        queue_id=queue.id,
+        handler="demo.echo",
+        input="{}",
+        state=outcome,
+        revision=3,
+        attempt_count=1,
+        max_attempts=1,
+        source_instance_id=instance_id,
+        source_activation_id=activation_id,
+        outcome=outcome,
+        result=result,
+        permit_held=False,
+        execution_settled=True,
+        created_at=when,
+        updated_at=when,
+        **extra,
+    )
+    table(m.Attempt).add(
+        task_id=task_id, number=1, worker="bench", state=outcome, started_at=when, finished_at=when, result=result
+    )
+    event_id = table(m.ResultEvent).add(
+        task_id=task_id,
+        seq=1,
+        kind=m.ResultKind.RESULT,
+        outcome=outcome,
+        result=result,
+        task_revision=3,
+        created_at=when,
+    )
+    table(m.InboxRecord).add(
+        instance_id=instance_id,
+        source_kind=m.InboxSource.RESULT_EVENT,
+        source_id=event_id,
+        task_id=task_id,
+        activation_id=activation_id,
+        state=m.InboxState.CONSUMED,
+        disposition=m.Disposition.APPLIED,
+        created_at=when,
+        consumed_at=when,
+    )
+    return task_id
+
+
+def batched(label: str, count: int, build) -> None:
+    """Call build(index) for every row, flushing every BATCH rows in one transaction."""
+    progress = Progress(label, count)
+    for index in range(count):
+        build(index)
+        if (index + 1) % BATCH == 0 or index + 1 == count:
+            flush_all()
+            progress.add((index % BATCH) + 1)
+
+
+def at(start: dt.datetime, index: int) -> dt.datetime:
+    return start + dt.timedelta(milliseconds=index)
+
+
+def seed_signals(tenant, count: int, start: dt.datetime) -> str:
+    ns = tenant[0]
+    instance_id = add_instance(tenant, start, revision=count + 10)
+    table(m.Step).add(instance_id=instance_id, key="approve", kind=m.StepKind.SIGNAL, created_at=start)
+    flush_all()
+
+    def build(index: int) -> None:
+        when = at(start, index)
+        signal_id = table(m.Signal).add(
+            namespace_id=ns.id,
+            workflow_id=instance_id,
+            name="approved",
+            payload_version="1",
+            payload="{}",
+            correlation_key="bench",
+            target_step_key="approve",
+            target_activation_sequence=1,
+            state=m.SignalState.EXPIRED,
+            disposition=m.Disposition.EXPIRED,
+            accepted_at=when,
+            expires_at=when + dt.timedelta(hours=1),
+            actor_id=ACTOR,
+        )
+        table(m.SignalOperation).add(
+            namespace_id=ns.id,
+            workflow_id=instance_id,
+            signal_id=signal_id,
+            operation_id=new_id(),
+            actor_id=ACTOR,
+            action="workflow.signal",
+            reason="benchmark",
+            before=None,
+            after={"signal_id": signal_id, "state": "PENDING", "name": "approved"},
+            created_at=when,
+        )
+        table(m.InboxRecord).add(
+            instance_id=instance_id,
+            source_kind=m.InboxSource.SIGNAL,
+            source_id=signal_id,
+            signal_id=signal_id,
+            state=m.InboxState.CONSUMED,
+            disposition=m.Disposition.BUFFERED,
+            created_at=when,
+            consumed_at=when,
+        )
+
+    batched("signals + audits + inbox", count, build)
+    return instance_id
+
+
+def seed_activations(tenant, count: int, start: dt.datetime) -> dict:
+    instance_id = add_instance(tenant, start, revision=count + 10)
+    step_id = new_id()
+    chain = {"previous": None, "last": None}
+
+    def build(index: int) -> None:
+        when = at(start, index)
+        activation_id = new_id()
+        task_id = add_task(
+            tenant,
+            instance_id,
+            activation_id,
+            when,
+            outcome="FAILED",
+            result='{"error":"bench"}',
+            retry_of_id=chain["previous"],
+        )
+        table(m.Activation).add(
+            id=activation_id,
+            step_id=step_id,
+            instance_id=instance_id,
+            sequence=index + 1,
+            state=m.ActivationState.FAILED,
+            revision=3,
+            task_id=task_id,
+            input="{}",
+            created_at=when,
+            updated_at=when,
+            completed_at=when,
+        )
+        chain["previous"], chain["last"] = task_id, activation_id
+
+    batched("activations + tasks", count, build)
+    table(m.Step).add(
+        id=step_id,
+        instance_id=instance_id,
+        key="work",
+        kind=m.StepKind.TASK,
+        state=m.StepState.FAILED,
+        current_activation_id=chain["last"],
+        revision=count + 1,
+        created_at=start,
+        updated_at=start,
+    )
+    flush_all()
+    return {"instance_id": instance_id, "step_key": "work", "step_id": step_id}
+
+
+def seed_rounds(tenant, count: int, start: dt.datetime) -> dict:
+    instance_id = add_instance(tenant, start, revision=count + 10)
+    step_id, activation_id = new_id(), new_id()
+    last = {}
+
+    def build(index: int) -> None:
+        when = at(start, index)
+        task_id = add_task(
+            tenant,
+            instance_id,
+            activation_id,
+            when,
+            outcome="SUCCEEDED",
+            result='{"status":"PENDING"}',
+            source_round=index + 1,
+        )
+        table(m.PollRound).add(
+            activation_id=activation_id, instance_id=instance_id, round=index + 1, task_id=task_id, created_at=when
+        )
+        last["task"] = task_id
+
+    batched("poll rounds + tasks", count, build)
+    table(m.Activation).add(
+        id=activation_id,
+        step_id=step_id,
+        instance_id=instance_id,
+        sequence=1,
+        state=m.ActivationState.NEEDS_REVIEW,
+        revision=count + 1,
+        input="{}",
+        created_at=start,
+        updated_at=start,
+        first_round=1,
+        first_round_attempts_used=0,
+        used_rounds=count,
+        max_rounds=10**6,
+        attempts_per_round=1,
+        interval_seconds=1,
+        poll_deadline_at=start + dt.timedelta(days=30),
+        last_task_id=last.get("task"),
+        last_round_classification="PENDING",
+    )
+    table(m.Step).add(
+        id=step_id,
+        instance_id=instance_id,
+        key="poll",
+        kind=m.StepKind.POLL,
+        state=m.StepState.NEEDS_REVIEW,
+        current_activation_id=activation_id,
+        revision=2,
+        created_at=start,
+        updated_at=start,
+    )
+    flush_all()
+    return {"instance_id": instance_id, "step_key": "poll", "activation_id": activation_id}
+
+
+def seed_instances(tenants, count: int, start: dt.datetime) -> None:
+    def build(index: int) -> None:
+        tenant = tenants[index % len(tenants)]
+        when = at(start, index)
+        instance_id = add_instance(
+            tenant,
+            when,
+            revision=6,
+            state=m.InstanceState.SUCCEEDED,
+            output="null",
+            completed_at=when,
+            business_key=f"order-{index}",
+        )
+        step_id, activation_id = new_id(), new_id()
+        task_id = add_task(tenant, instance_id, activation_id, when, outcome="SUCCEEDED", result="{}")
+        table(m.Activation).add(
+            id=activation_id,
+            step_id=step_id,
+            instance_id=instance_id,
+            sequence=1,
+            state=m.ActivationState.SUCCEEDED,
+            revision=3,
+            task_id=task_id,
+            input="{}",
+            output="{}",
+            created_at=when,
+            updated_at=when,
+            completed_at=when,
+        )
+        table(m.Step).add(
+            id=step_id,
+            instance_id=instance_id,
+            key="work",
+            kind=m.StepKind.TASK,
+            state=m.StepState.SUCCEEDED,
+            current_activation_id=activation_id,
+            revision=3,
+            output="{}",
+            created_at=when,
+            updated_at=when,
+        )
+
+    batched("instances + tasks", count, build)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="fraction of the full sizes (e.g. 0.01)")
+    args = parser.parse_args()
+    if connection.vendor != "mysql":
+        raise SystemExit("bench/seed.py runs on MariaDB/MySQL: set WEAVE_DATABASE_URL=mysql://...")
+    sizes = {
+        "signals": int(1_000_000 * args.scale),
+        "activations": int(100_000 * args.scale),
+        "rounds": int(100_000 * args.scale),
+        "instances": int(1_000_000 * args.scale),
+    }
+    started = time.monotonic()
+    call_command("migrate", verbosity=0)
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    tenants = []
+    for name in ("bench", "bench-b", "bench-c", "bench-d"):
+        ns, app, queues = namespace_ensure(name=name, application="bench", queues=["bench"])
+        definition, _ = m.WorkflowDefinition.objects.get_or_create(
+            namespace=ns, name="bench", version=1, defaults={"spec": DEFINITION_SPEC, "queues": ["bench"]}
+        )
+        tenants.append((ns, app, queues[0], definition))
+    summary = {
+        "sizes": sizes,
+        "namespace": tenants[0][0].name,
+        "signals": seed_signals(tenants[0], sizes["signals"], start),
+        "activations": seed_activations(tenants[0], sizes["activations"], start),
+        "rounds": seed_rounds(tenants[0], sizes["rounds"], start),
+    }
+    seed_instances(tenants, sizes["instances"], start)
+    summary["seconds"] = round(time.monotonic() - started, 1)
+    SUMMARY.parent.mkdir(exist_ok=True)
+    SUMMARY.write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
