@@ -1,0 +1,202 @@
+"""GET endpoints of the history read API (SPEC §6): validate, call one selector, present.
+
+Order of checks: 401 and 403 in the permission classes, then the syntactic 400s here
+(path ids, step key, query parameters, cursor signature and binding), then the selector's
+404 / semantic 400 / 503. A cursor is bound to the parents as written in the path.
+"""
+
+from drf_spectacular.utils import extend_schema
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from history.api import presenters, schema
+from history.api.params import list_params, no_params, path_id, path_step_key
+from history.models import Scope
+from history.selectors import activations, instances, operations, signals
+from history.selectors.pagination import ListKind, Page, cursor_encode
+from weave_site.api.permissions import scope_required
+
+READ = scope_required(Scope.READ)
+AUDIT_READ = scope_required(Scope.AUDIT_READ)
+
+
+class HistoryView(APIView):
+    http_method_names = ["get"]
+    permission_classes = [READ]
+
+
+def _next_cursor(page: Page, *, kind: ListKind, parents: list[str]) -> str | None:
+    return None if page.next_key is None else cursor_encode(kind=kind, parents=parents, key=page.next_key)
+
+
+class ActivationListView(HistoryView):
+    @extend_schema(
+        operation_id="list_workflow_activations",
+        summary="Activations of one logical step, newest sequence first",
+        parameters=[schema.WORKFLOW_ID, schema.STEP_KEY, *schema.PAGE_PARAMETERS],
+        responses=schema.responses(schema.ActivationPage),
+    )
+    def get(self, request, id, key):
+        parents = [path_id(id, field="id"), path_step_key(key)]
+        limit, after = list_params(request.query_params, kind=activations.ACTIVATIONS, parents=parents)
+        result = activations.activation_list(
+            identity=request.auth, instance_id=id, step_key=key, after=after, limit=limit
+        )
+        data = {"instance_id": result.instance.id, "revision": str(result.instance.revision), "step_id": result.step.id}
+        presenters.optional(data, "current_activation_id", result.step.current_activation_id)
+        items = [presenters.activation_item(a, kind=result.step.kind) for a in result.page.items]
+        cursor = _next_cursor(result.page, kind=activations.ACTIVATIONS, parents=parents)
+        return Response(presenters.page_tail(data, items=items, next_cursor=cursor))
+
+
+class ActivationDetailView(HistoryView):
+    @extend_schema(
+        operation_id="get_workflow_activation",
+        summary="One requested activation beside the step's current view",
+        parameters=[schema.WORKFLOW_ID, schema.STEP_KEY, schema.ACTIVATION_ID],
+        responses=schema.responses(schema.ActivationDetail),
+    )
+    def get(self, request, id, key, activation):
+        path_id(id, field="id"), path_step_key(key), path_id(activation, field="activation")
+        no_params(request.query_params)
+        detail = activations.activation_get(
+            identity=request.auth, instance_id=id, step_key=key, activation_id=activation
+        )
+        return Response(presenters.activation_detail(detail))
+
+
+class PollRoundListView(HistoryView):
+    @extend_schema(
+        operation_id="list_workflow_poll_rounds",
+        summary="Business rounds of one POLL activation, newest round first",
+        parameters=[schema.WORKFLOW_ID, schema.STEP_KEY, schema.ACTIVATION_ID, *schema.PAGE_PARAMETERS],
+        responses=schema.responses(schema.PollRoundPage),
+    )
+    def get(self, request, id, key, activation):
+        parents = [path_id(id, field="id"), path_step_key(key), path_id(activation, field="activation")]
+        limit, after = list_params(request.query_params, kind=activations.POLL_ROUNDS, parents=parents)
+        result = activations.poll_round_list(
+            identity=request.auth, instance_id=id, step_key=key, activation_id=activation, after=after, limit=limit
+        )
+        data = {
+            "instance_id": result.instance.id,
+            "revision": str(result.instance.revision),
+            "activation_id": result.activation.id,
+        }
+        items = [presenters.poll_round_item(r) for r in result.page.items]
+        cursor = _next_cursor(result.page, kind=activations.POLL_ROUNDS, parents=parents)
+        return Response(presenters.page_tail(data, items=items, next_cursor=cursor))
+
+
+class SignalListView(HistoryView):
+    @extend_schema(
+        operation_id="list_workflow_signals",
+        summary="Signals of the workflow, newest accepted first",
+        parameters=[schema.WORKFLOW_ID, *schema.PAGE_PARAMETERS],
+        responses=schema.responses(schema.SignalPage),
+    )
+    def get(self, request, id):
+        parents = [path_id(id, field="id")]
+        limit, after = list_params(request.query_params, kind=signals.SIGNALS, parents=parents)
+        result = signals.signal_list(identity=request.auth, instance_id=id, after=after, limit=limit)
+        data = {"workflow_id": result.instance.id, "revision": str(result.instance.revision)}
+        items = [presenters.signal_item(s) for s in result.page.items]
+        cursor = _next_cursor(result.page, kind=signals.SIGNALS, parents=parents)
+        return Response(presenters.page_tail(data, items=items, next_cursor=cursor))
+
+
+class SignalDetailView(HistoryView):
+    @extend_schema(
+        operation_id="get_workflow_signal",
+        summary="The full signal, with payload and acceptance identity",
+        parameters=[schema.WORKFLOW_ID, schema.SIGNAL_ID],
+        responses=schema.responses(schema.SignalDetail),
+    )
+    def get(self, request, id, signal):
+        path_id(id, field="id"), path_id(signal, field="signal")
+        no_params(request.query_params)
+        detail = signals.signal_get(identity=request.auth, instance_id=id, signal_id=signal)
+        return Response(presenters.signal_detail(detail.signal))
+
+
+class SignalOperationListView(HistoryView):
+    permission_classes = [AUDIT_READ]
+
+    @extend_schema(
+        operation_id="list_workflow_signal_operations",
+        summary="The signal's resource audit, newest first (workflows:audit:read)",
+        parameters=[schema.WORKFLOW_ID, schema.SIGNAL_ID, *schema.PAGE_PARAMETERS],
+        responses=schema.responses(schema.SignalOperationPage),
+    )
+    def get(self, request, id, signal):
+        parents = [path_id(id, field="id"), path_id(signal, field="signal")]
+        limit, after = list_params(request.query_params, kind=signals.SIGNAL_OPERATIONS, parents=parents)
+        page = signals.signal_operation_list(
+            identity=request.auth, instance_id=id, signal_id=signal, after=after, limit=limit
+        )
+        items = [presenters.signal_operation_item(r) for r in page.items]
+        cursor = _next_cursor(page, kind=signals.SIGNAL_OPERATIONS, parents=parents)
+        return Response(presenters.page_tail({}, items=items, next_cursor=cursor))
+
+
+class SignalOperationDetailView(HistoryView):
+    permission_classes = [AUDIT_READ]
+
+    @extend_schema(
+        operation_id="get_workflow_signal_operation",
+        summary="One signal audit record by its own id, with reason, before and after (workflows:audit:read)",
+        parameters=[schema.WORKFLOW_ID, schema.SIGNAL_ID, schema.OPERATION_ID],
+        responses=schema.responses(schema.SignalOperationDetail),
+    )
+    def get(self, request, id, signal, operation):
+        path_id(id, field="id"), path_id(signal, field="signal"), path_id(operation, field="operation")
+        no_params(request.query_params)
+        record = signals.signal_operation_get(
+            identity=request.auth, instance_id=id, signal_id=signal, operation=operation
+        )
+        return Response(presenters.signal_operation_detail(record))
+
+
+class InstanceDetailView(HistoryView):
+    @extend_schema(
+        operation_id="get_workflow",
+        summary="The instance, its steps' current views and the recovery eligibility",
+        parameters=[schema.WORKFLOW_ID],
+        responses=schema.responses(schema.InstanceDetail),
+    )
+    def get(self, request, id):
+        path_id(id, field="id")
+        no_params(request.query_params)
+        return Response(presenters.instance_detail(instances.instance_get(identity=request.auth, instance_id=id)))
+
+
+class TaskDetailView(HistoryView):
+    @extend_schema(
+        operation_id="get_workflow_task",
+        summary="Execution history of one task under its instance",
+        parameters=[schema.WORKFLOW_ID, schema.TASK_ID],
+        responses=schema.responses(schema.TaskDetail),
+    )
+    def get(self, request, id, task):
+        path_id(id, field="id"), path_id(task, field="task")
+        no_params(request.query_params)
+        return Response(presenters.task_detail(instances.task_get(identity=request.auth, instance_id=id, task_id=task)))
+
+
+class WorkflowOperationListView(HistoryView):
+    permission_classes = [AUDIT_READ]
+
+    @extend_schema(
+        operation_id="list_workflow_operations",
+        summary="The workflow audit, newest first (workflows:audit:read)",
+        parameters=[schema.WORKFLOW_ID, *schema.PAGE_PARAMETERS],
+        responses=schema.responses(schema.WorkflowOperationPage),
+    )
+    def get(self, request, id):
+        parents = [path_id(id, field="id")]
+        limit, after = list_params(request.query_params, kind=operations.WORKFLOW_OPERATIONS, parents=parents)
+        result = operations.workflow_operation_list(identity=request.auth, instance_id=id, after=after, limit=limit)
+        data = {"workflow_id": result.instance.id, "revision": str(result.instance.revision)}
+        items = [presenters.workflow_operation_item(r) for r in result.page.items]
+        cursor = _next_cursor(result.page, kind=operations.WORKFLOW_OPERATIONS, parents=parents)
+        return Response(presenters.page_tail(data, items=items, next_cursor=cursor))

@@ -1,0 +1,278 @@
+"""Response bodies of the history read API (SPEC §6), field by field.
+
+Absent, never null: an optional field is left out when it has no value. Revisions are
+decimal strings, times go through ``format_time``, and client JSON is embedded byte-exact
+as ``Raw`` (a NULL column is an absent output; the text ``null`` an explicit one).
+"""
+
+from history.exactjson import Raw
+from history.models import (
+    Activation,
+    Attempt,
+    PollRound,
+    Signal,
+    SignalOperation,
+    StepKind,
+    Task,
+    Wait,
+    WorkflowOperation,
+)
+from history.selectors.activations import ActivationDetail
+from history.selectors.instances import InstanceDetail, TaskDetail
+from history.selectors.steps import StepView
+from history.times import format_time
+
+
+def optional(data: dict, key: str, value: object) -> None:
+    if value is not None and value != "":
+        data[key] = value
+
+
+def _time(data: dict, key: str, value) -> None:
+    if value is not None:
+        data[key] = format_time(value)
+
+
+def _exact(data: dict, key: str, text: str | None) -> None:
+    if text is not None:
+        data[key] = Raw(text)
+
+
+def page_tail(data: dict, *, items: list, next_cursor: str | None) -> dict:
+    data["items"] = items
+    optional(data, "next_cursor", next_cursor)
+    return data
+
+
+def activation_item(activation: Activation, *, kind: str) -> dict:
+    data = {
+        "id": activation.id,
+        "step_id": activation.step_id,
+        "sequence": activation.sequence,
+        "state": activation.state,
+        "revision": str(activation.revision),
+    }
+    if kind == StepKind.TASK:
+        optional(data, "task_id", activation.task_id)
+    data["created_at"] = format_time(activation.created_at)
+    data["updated_at"] = format_time(activation.updated_at)
+    _time(data, "completed_at", activation.completed_at)
+    return data
+
+
+def task_summary(task: Task) -> dict:
+    return {
+        "id": task.id,
+        "state": task.state,
+        "revision": str(task.revision),
+        "attempt_count": task.attempt_count,
+        "max_attempts": task.max_attempts,
+    }
+
+
+def step_view(view: StepView) -> dict:
+    step = view.step
+    data = {"id": step.id, "key": step.key, "kind": step.kind, "state": step.state, "revision": str(step.revision)}
+    optional(data, "current_activation_id", step.current_activation_id)
+    optional(data, "resolution", step.resolution)
+    if view.current_activation is not None:
+        current = activation_item(view.current_activation, kind=step.kind)
+        if view.task is not None:
+            current["task"] = task_summary(view.task)
+        data["current_activation"] = current
+    return data
+
+
+def poll_section(activation: Activation) -> dict:
+    data = {
+        "first_round": activation.first_round,
+        "first_round_attempts_used": activation.first_round_attempts_used,
+        "used_rounds": activation.used_rounds,
+        "max_rounds": activation.max_rounds,
+        "attempts_per_round": activation.attempts_per_round,
+        "interval_seconds": activation.interval_seconds,
+        "poll_deadline_at": format_time(activation.poll_deadline_at),
+        "round_deadline_at": format_time(activation.round_deadline_at),
+    }
+    optional(data, "last_task_id", activation.last_task_id)
+    _time(data, "next_round_at", activation.next_round_at)
+    optional(data, "last_round_classification", activation.last_round_classification)
+    return data
+
+
+def wait_section(wait: Wait) -> dict:
+    data = {
+        "id": wait.id,
+        "kind": wait.kind,
+        "generation": wait.generation,
+        "state": wait.state,
+        "deadline_at": format_time(wait.deadline_at),
+    }
+    _time(data, "fire_at", wait.fire_at)
+    optional(data, "winner_signal_id", wait.winner_signal_id)
+    return data
+
+
+def activation_detail(detail: ActivationDetail) -> dict:
+    activation = detail.activation
+    data = {
+        "instance_id": detail.instance.id,
+        "revision": str(detail.instance.revision),
+        "step": step_view(detail.step),
+        "activation": activation_item(activation, kind=detail.step.step.kind),
+        "input": Raw(activation.input),
+    }
+    _exact(data, "output", activation.output)
+    if detail.poll is not None:
+        data["poll"] = poll_section(detail.poll)
+    if detail.wait is not None:
+        data["wait"] = wait_section(detail.wait)
+    return data
+
+
+def poll_round_item(poll_round: PollRound) -> dict:
+    return {
+        "id": poll_round.id,
+        "activation_id": poll_round.activation_id,
+        "round": poll_round.round,
+        "task_id": poll_round.task_id,
+        "created_at": format_time(poll_round.created_at),
+    }
+
+
+def signal_item(signal: Signal) -> dict:
+    data = {
+        "id": signal.id,
+        "workflow_id": signal.workflow_id,
+        "revision": str(signal.revision),
+        "name": signal.name,
+        "payload_version": signal.payload_version,
+        "target_step_key": signal.target_step_key,
+        "target_activation_sequence": signal.target_activation_sequence,
+        "state": signal.state,
+        "accepted_at": format_time(signal.accepted_at),
+        "expires_at": format_time(signal.expires_at),
+    }
+    optional(data, "disposition", signal.disposition)
+    return data
+
+
+def signal_detail(signal: Signal) -> dict:
+    data = signal_item(signal)
+    data["payload"] = Raw(signal.payload)
+    data["correlation_key"] = signal.correlation_key
+    data["actor_id"] = signal.actor_id
+    optional(data, "evidence_ref", signal.evidence_ref)
+    optional(data, "consumed_wait_id", signal.consumed_wait_id)
+    return data
+
+
+def signal_operation_item(record: SignalOperation) -> dict:
+    return {
+        "id": record.id,
+        "workflow_id": record.workflow_id,
+        "signal_id": record.signal_id,
+        "operation_id": record.operation_id,
+        "actor_id": record.actor_id,
+        "action": record.action,
+        "created_at": format_time(record.created_at),
+    }
+
+
+def _reason_and_snapshots(data: dict, record) -> dict:
+    data["reason"] = record.reason
+    optional(data, "evidence_ref", record.evidence_ref)
+    data["before"] = record.before
+    data["after"] = record.after
+    return data
+
+
+def signal_operation_detail(record: SignalOperation) -> dict:
+    return _reason_and_snapshots(signal_operation_item(record), record)
+
+
+def workflow_operation_item(record: WorkflowOperation) -> dict:
+    data = {
+        "id": record.id,
+        "workflow_id": record.workflow_id,
+        "operation_id": record.operation_id,
+        "actor_id": record.actor_id,
+        "action": record.action,
+    }
+    optional(data, "step_key", record.step_key)
+    optional(data, "activation_id", record.activation_id)
+    optional(data, "execution_audit_id", record.execution_audit_id)
+    _reason_and_snapshots(data, record)
+    data["created_at"] = format_time(record.created_at)
+    return data
+
+
+def instance_detail(detail: InstanceDetail) -> dict:
+    instance = detail.instance
+    data = {
+        "id": instance.id,
+        "namespace": detail.namespace,
+        "definition": {"name": instance.definition.name, "version": instance.definition.version},
+        "state": instance.state,
+        "paused": instance.paused,
+    }
+    optional(data, "stop_kind", instance.stop_kind)
+    data["revision"] = str(instance.revision)
+    data["control_revision"] = str(instance.control_revision)
+    _time(data, "deadline_at", instance.deadline_at)
+    optional(data, "review_reason", instance.review_reason)
+    data["created_at"] = format_time(instance.created_at)
+    data["updated_at"] = format_time(instance.updated_at)
+    _time(data, "completed_at", instance.completed_at)
+    data["steps"] = [step_view(view) for view in detail.steps]
+    data["eligibility"] = detail.eligibility
+    return data
+
+
+def attempt_item(attempt: Attempt) -> dict:
+    data = {
+        "id": attempt.id,
+        "number": attempt.number,
+        "worker": attempt.worker,
+        "state": attempt.state,
+        "started_at": format_time(attempt.started_at),
+    }
+    _time(data, "lease_expires_at", attempt.lease_expires_at)
+    _time(data, "finished_at", attempt.finished_at)
+    _exact(data, "result", attempt.result)
+    return data
+
+
+def task_detail(detail: TaskDetail) -> dict:
+    task = detail.task
+    body = {
+        "id": task.id,
+        "step_key": detail.step.key,
+        "activation_id": detail.activation.id,
+        "activation_sequence": detail.activation.sequence,
+    }
+    optional(body, "round", task.source_round)
+    body.update(
+        {
+            "queue": detail.instance.definition.step_spec(detail.step.key)["queue"],
+            "handler": task.handler,
+            "priority": task.priority,
+            "state": task.state,
+            "revision": str(task.revision),
+            "attempt_count": task.attempt_count,
+            "max_attempts": task.max_attempts,
+        }
+    )
+    _time(body, "deadline_at", task.deadline_at)
+    _time(body, "latest_start_at", task.latest_start_at)
+    body["input"] = Raw(task.input)
+    optional(body, "outcome", task.outcome)
+    _exact(body, "result", task.result)
+    optional(body, "review_conclusion", task.review_conclusion)
+    body["execution_settled"] = task.execution_settled
+    body["permit_held"] = task.permit_held
+    optional(body, "retry_of", task.retry_of_id)
+    body["created_at"] = format_time(task.created_at)
+    body["updated_at"] = format_time(task.updated_at)
+    body["attempts"] = [attempt_item(attempt) for attempt in detail.attempts]
+    return {"instance_id": detail.instance.id, "revision": str(detail.instance.revision), "task": body}

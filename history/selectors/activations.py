@@ -1,0 +1,163 @@
+"""Activations of one logical step, one activation in detail, and a POLL activation's rounds."""
+
+from dataclasses import dataclass
+
+from history.errors import InvalidArgument, NotFound, Unavailable
+from history.identity import Identity
+from history.models import (
+    Activation,
+    Gate,
+    PollRound,
+    Step,
+    StepKind,
+    Task,
+    Wait,
+    WaitKind,
+    WorkflowInstance,
+)
+from history.selectors.access import fixed_queue_id, instance_get_readable, step_get_by_key
+from history.selectors.pagination import ListKind, Page, keyset_page
+from history.selectors.steps import StepView, check_activation_of, step_views
+
+ACTIVATIONS = ListKind("activations", Activation, ("sequence",))
+POLL_ROUNDS = ListKind("poll_rounds", PollRound, ("round", "id"))
+
+# The wait kind an activation of each step kind may own.
+_WAIT_KIND = {
+    StepKind.SIGNAL: WaitKind.SIGNAL,
+    StepKind.TIMER: WaitKind.TIMER,
+    StepKind.POLL: WaitKind.POLL_FINAL_SIGNAL,
+}
+_POLL_REQUIRED = (
+    "first_round",
+    "first_round_attempts_used",
+    "used_rounds",
+    "max_rounds",
+    "attempts_per_round",
+    "interval_seconds",
+    "poll_deadline_at",
+    "round_deadline_at",
+)
+
+
+@dataclass(frozen=True)
+class ActivationPage:
+    instance: WorkflowInstance
+    step: Step
+    page: Page[Activation]
+
+
+@dataclass(frozen=True)
+class ActivationDetail:
+    instance: WorkflowInstance
+    step: StepView
+    activation: Activation
+    # POLL only: the activation itself, whose frozen budget forms the poll section.
+    poll: Activation | None
+    wait: Wait | None
+
+
+@dataclass(frozen=True)
+class PollRoundPage:
+    instance: WorkflowInstance
+    activation: Activation
+    page: Page[PollRound]
+
+
+def activation_list(
+    *, identity: Identity, instance_id: str, step_key: str, after: tuple | None, limit: int
+) -> ActivationPage:
+    """A step's activations, newest sequence first; summaries only, no bodies."""
+    instance = instance_get_readable(identity=identity, instance_id=instance_id)
+    step = step_get_by_key(instance=instance, key=step_key)
+    page = keyset_page(Activation.objects.filter(step_id=step.id), kind=ACTIVATIONS, after=after, limit=limit)
+    for activation in page.items:
+        check_activation_of(step=step, activation=activation)
+        activation.step = step
+    return ActivationPage(instance=instance, step=step, page=page)
+
+
+def activation_get(*, identity: Identity, instance_id: str, step_key: str, activation_id: str) -> ActivationDetail:
+    """The requested activation beside the logical step's current view (they may differ)."""
+    instance = instance_get_readable(identity=identity, instance_id=instance_id)
+    step = step_get_by_key(instance=instance, key=step_key)
+    wanted = {activation_id, step.current_activation_id} - {None}
+    rows = {a.id: a for a in Activation.objects.filter(id__in=wanted)}
+    activation = rows.get(activation_id)
+    if activation is None or activation.step_id != step.id:
+        raise NotFound("activation not found under this step")
+    check_activation_of(step=step, activation=activation)
+    activation.step = step
+    (view,) = step_views(instance=instance, steps=[step], loaded=rows.values())
+    return ActivationDetail(
+        instance=instance,
+        step=view,
+        activation=activation,
+        poll=_poll_section(activation) if step.kind == StepKind.POLL else None,
+        wait=_wait_of(step=step, activation=activation),
+    )
+
+
+def _poll_section(activation: Activation) -> Activation:
+    missing = [name for name in _POLL_REQUIRED if getattr(activation, name) is None]
+    if missing:
+        raise Unavailable(f"POLL activation {activation.id} lacks its frozen budget: {', '.join(missing)}")
+    return activation
+
+
+def _wait_of(*, step: Step, activation: Activation) -> Wait | None:
+    if activation.wait_id is None:
+        return None
+    wait = Wait.objects.filter(id=activation.wait_id).first()
+    if (
+        wait is None
+        or wait.activation_id != activation.id
+        or wait.step_id != step.id
+        or wait.instance_id != step.instance_id
+        or wait.kind != _WAIT_KIND.get(step.kind)
+    ):
+        raise Unavailable(f"the wait of activation {activation.id} is missing or belongs elsewhere")
+    return wait
+
+
+def poll_round_list(
+    *,
+    identity: Identity,
+    instance_id: str,
+    step_key: str,
+    activation_id: str,
+    after: tuple | None,
+    limit: int,
+) -> PollRoundPage:
+    """The business rounds of one POLL activation, newest round first, each task verified."""
+    instance = instance_get_readable(identity=identity, instance_id=instance_id)
+    step = step_get_by_key(instance=instance, key=step_key)
+    activation = Activation.objects.filter(id=activation_id, step_id=step.id).first()
+    if activation is None:
+        raise NotFound("activation not found under this step")
+    if step.kind != StepKind.POLL:
+        raise InvalidArgument(
+            f"step {step.key!r} is a {step.kind} step: only POLL activations have rounds",
+            field="activation",
+        )
+    check_activation_of(step=step, activation=activation)
+    queue_id = fixed_queue_id(instance=instance, step=step)
+    if not Gate.objects.filter(instance_id=instance.id).exists():
+        raise Unavailable("the workflow has no gate")
+    page = keyset_page(
+        PollRound.objects.filter(activation_id=activation.id), kind=POLL_ROUNDS, after=after, limit=limit
+    )
+    tasks = {task.id: task for task in Task.objects.filter(id__in={r.task_id for r in page.items})}
+    for poll_round in page.items:
+        task = tasks.get(poll_round.task_id)
+        if (
+            poll_round.instance_id != instance.id
+            or task is None
+            or task.namespace_id != instance.namespace_id
+            or task.source_instance_id != instance.id
+            or task.source_activation_id != activation.id
+            or task.source_round != poll_round.round
+            or task.queue_id != queue_id
+        ):
+            raise Unavailable(f"poll round {poll_round.id} and its task disagree on namespace, activation or queue")
+    return PollRoundPage(instance=instance, activation=activation, page=page)

@@ -1,0 +1,80 @@
+"""One workflow instance with its steps' current views, and one task's execution history."""
+
+from dataclasses import dataclass
+
+from history.eligibility import eligibility_for
+from history.errors import NotFound, Unavailable
+from history.identity import Identity
+from history.ids import ROOT_STEP_KEY
+from history.models import Activation, Attempt, Namespace, PollRound, Step, StepKind, Task, WorkflowInstance
+from history.selectors.access import fixed_queue_id, instance_get_readable
+from history.selectors.steps import StepView, step_views
+
+
+@dataclass(frozen=True)
+class InstanceDetail:
+    instance: WorkflowInstance
+    namespace: str
+    steps: list[StepView]
+    eligibility: dict
+
+
+@dataclass(frozen=True)
+class TaskDetail:
+    instance: WorkflowInstance
+    step: Step
+    activation: Activation
+    task: Task
+    attempts: list[Attempt]
+
+
+def instance_get(*, identity: Identity, instance_id: str) -> InstanceDetail:
+    """The instance and every logical step of its fixed definition, in definition order."""
+    instance = instance_get_readable(identity=identity, instance_id=instance_id)
+    namespace = Namespace.objects.filter(id=instance.namespace_id).values_list("name", flat=True).first()
+    if namespace is None:
+        raise Unavailable("the workflow's namespace does not exist")
+    rows = {step.key: step for step in Step.objects.filter(instance_id=instance.id).exclude(key=ROOT_STEP_KEY)}
+    specs = instance.definition.spec["steps"]
+    if rows.keys() != {spec["key"] for spec in specs}:
+        raise Unavailable("the workflow's steps do not match its definition")
+    steps = []
+    for spec in specs:
+        step = rows[spec["key"]]
+        if step.kind != spec["kind"]:
+            raise Unavailable(f"step {step.key!r} has another kind than in the definition")
+        step.instance = instance
+        steps.append(step)
+    views = step_views(instance=instance, steps=steps)
+    return InstanceDetail(
+        instance=instance, namespace=namespace, steps=views, eligibility=eligibility_for(instance, views)
+    )
+
+
+def task_get(*, identity: Identity, instance_id: str, task_id: str) -> TaskDetail:
+    """A task under its instance, with its source verified both ways and its attempts in order."""
+    instance = instance_get_readable(identity=identity, instance_id=instance_id)
+    task = Task.objects.filter(id=task_id, source_instance_id=instance.id).first()
+    if task is None:
+        raise NotFound("task not found under this workflow")
+    activation = Activation.objects.filter(id=task.source_activation_id).first()
+    step = Step.objects.filter(id=activation.step_id).first() if activation is not None else None
+    if (
+        task.namespace_id != instance.namespace_id
+        or activation is None
+        or activation.instance_id != instance.id
+        or step is None
+        or step.instance_id != instance.id
+        or step.kind not in (StepKind.TASK, StepKind.POLL)
+    ):
+        raise Unavailable(f"task {task.id} has no source activation of a TASK or POLL step of this workflow")
+    if step.kind == StepKind.TASK:
+        owned = activation.task_id == task.id
+    else:
+        owned = PollRound.objects.filter(activation_id=activation.id, task_id=task.id, round=task.source_round).exists()
+    if not owned:
+        raise Unavailable(f"activation {activation.id} does not name task {task.id} back")
+    if task.queue_id != fixed_queue_id(instance=instance, step=step):
+        raise Unavailable(f"task {task.id} is not on the fixed queue of step {step.key!r}")
+    attempts = list(Attempt.objects.filter(task_id=task.id).order_by("number"))
+    return TaskDetail(instance=instance, step=step, activation=activation, task=task, attempts=attempts)

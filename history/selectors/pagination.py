@@ -1,0 +1,103 @@
+"""Keyset pages and their signed cursors (SPEC §6).
+
+A page reads ``limit + 1`` rows in a unique, index-backed order and never counts. Its cursor
+is the key of the last row shown, signed with ``django.core.signing`` under a salt of its own
+list kind and bound to the parent ids of the list: a cursor from another list, another
+parent, tampered with or not ours does not verify.
+"""
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from django.core import signing
+from django.db import models
+from django.db.models import Q, QuerySet
+
+from history.errors import InvalidArgument
+
+T = TypeVar("T")
+
+MAX_CURSOR_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class ListKind:
+    """One list: its name (the signing salt), its model and its descending key fields."""
+
+    name: str
+    model: type[models.Model]
+    key: tuple[str, ...]
+
+    @property
+    def salt(self) -> str:
+        return f"weave.history.cursor.{self.name}"
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    items: list[T]
+    # The key of the last item when more rows follow; None on the last page.
+    next_key: tuple | None
+
+
+def keyset_page(queryset: QuerySet, *, kind: ListKind, after: tuple | None, limit: int) -> Page:
+    """One page of ``queryset`` newest-first by ``kind.key``, starting after the key ``after``."""
+    if after is not None:
+        queryset = queryset.filter(_before(kind.key, after))
+    rows = list(queryset.order_by(*(f"-{name}" for name in kind.key))[: limit + 1])
+    if len(rows) <= limit:
+        return Page(items=rows, next_key=None)
+    last = rows[limit - 1]
+    return Page(items=rows[:limit], next_key=tuple(getattr(last, name) for name in kind.key))
+
+
+def _before(fields: Sequence[str], key: Sequence) -> Q:
+    """Rows strictly before ``key`` in descending (f1, f2, …) order."""
+    head, *rest = fields
+    condition = Q(**{f"{head}__lt": key[0]})
+    if rest:
+        condition |= Q(**{head: key[0]}) & _before(rest, key[1:])
+    return condition
+
+
+def cursor_encode(*, kind: ListKind, parents: Sequence[str], key: tuple) -> str:
+    values = [value.isoformat() if isinstance(value, dt.datetime) else value for value in key]
+    return signing.dumps({"p": list(parents), "k": values}, salt=kind.salt)
+
+
+def cursor_decode(*, kind: ListKind, parents: Sequence[str], text: str) -> tuple:
+    """The key a cursor carries; INVALID_ARGUMENT unless it is ours, for this list and parents."""
+    invalid = InvalidArgument("cursor is not a cursor of this list", field="cursor")
+    if len(text.encode("utf-8")) > MAX_CURSOR_BYTES:
+        raise InvalidArgument(f"cursor is longer than {MAX_CURSOR_BYTES} bytes", field="cursor")
+    try:
+        payload = signing.loads(text, salt=kind.salt)
+    except signing.BadSignature:
+        raise invalid from None
+    if not isinstance(payload, dict) or payload.get("p") != list(parents):
+        raise invalid
+    values = payload.get("k")
+    if not isinstance(values, list) or len(values) != len(kind.key):
+        raise invalid
+    fields = [kind.model._meta.get_field(name) for name in kind.key]
+    return tuple(_key_value(field, value, invalid) for field, value in zip(fields, values, strict=True))
+
+
+def _key_value(field: models.Field, value: object, invalid: InvalidArgument) -> object:
+    if isinstance(field, models.DateTimeField):
+        try:
+            parsed = dt.datetime.fromisoformat(value) if isinstance(value, str) else None
+        except ValueError:
+            parsed = None
+        if parsed is None or parsed.tzinfo is None:
+            raise invalid
+        return parsed
+    if isinstance(field, models.IntegerField):
+        if type(value) is not int:
+            raise invalid
+        return value
+    if not isinstance(value, str):
+        raise invalid
+    return value
