@@ -1,6 +1,6 @@
 from django.urls import path
 
-from bench import naive
+from bench import default_admin, naive
 from weave_site.urls import urlpatterns as product
 
 W = "naive/workflows/<str:id>"
@@ -10,4 +10,5 @@ urlpatterns = [
     path(f"{W}/steps/<str:key>/activations", naive.activations),
     path(f"{W}/steps/<str:key>/activations/<str:activation>/rounds", naive.rounds),
     path(f"{W}/signals", naive.signals),
+    path("bench-default-admin/", default_admin.site.urls),
 ]

@@ -113,38 +113,48 @@ def _by(rows: list[Model], attribute: str) -> dict[str, list[Model]]:
     return grouped
 
 
+# The instance page shows the newest activations of each step and the newest rounds of each
+# POLL activation; the full history is one click away in the paged lists.
+TIMELINE = 10
+
+
 def instance_page(*, instance: models.WorkflowInstance, with_audit: bool, recent: int = 50) -> InstancePage:
-    """Everything the instance page shows, in a fixed number of queries."""
-    definition = instance.definition
-    specs = {step["key"]: step for step in definition.spec.get("steps", [])}
-    steps = list(models.Step.objects.filter(instance_id=instance.id).exclude(key=ROOT_STEP_KEY).order_by("key"))
-    activations = list(models.Activation.objects.filter(instance_id=instance.id).order_by("step_id", "-sequence"))
-    tasks = list(models.Task.objects.filter(source_instance_id=instance.id).order_by("created_at", "id"))
-    attempts = _by(
-        list(models.Attempt.objects.filter(task__source_instance_id=instance.id).order_by("number")), "task_id"
-    )
-    rounds = _by(list(models.PollRound.objects.filter(instance_id=instance.id).order_by("-round")), "activation_id")
-    waits = {w.id: w for w in models.Wait.objects.filter(instance_id=instance.id)}
-    tasks_by_activation = _by(tasks, "source_activation_id")
-    task_by_id = {t.id: t for t in tasks}
+    """Everything the instance page shows; the query count is bounded by the definition, not the history."""
+    specs = {step["key"]: step for step in instance.definition.spec.get("steps", [])}
+    steps = list(models.Step.objects.filter(instance_id=instance.id).exclude(key=ROOT_STEP_KEY))
+    shown: list[models.Activation] = []
+    for step in steps:
+        shown += models.Activation.objects.filter(step_id=step.id).order_by("-sequence")[:TIMELINE]
+    rounds = {
+        a.id: list(models.PollRound.objects.filter(activation_id=a.id).order_by("-round", "-id")[:TIMELINE])
+        for a in shown
+        if a.first_round is not None
+    }
+    task_ids = {a.task_id for a in shown} | {r.task_id for rs in rounds.values() for r in rs}
+    task_ids.discard(None)
+    task_by_id = {t.id: t for t in models.Task.objects.filter(id__in=task_ids)}
+    attempts = _by(list(models.Attempt.objects.filter(task_id__in=task_ids).order_by("number")), "task_id")
+    waits = {w.id: w for w in models.Wait.objects.filter(id__in=[a.wait_id for a in shown if a.wait_id])}
 
     views_by_step: dict[str, list[ActivationView]] = defaultdict(list)
-    for activation in activations:
-        own_tasks = tasks_by_activation.get(activation.id, [])
+    for activation in shown:
+        own_rounds = rounds.get(activation.id, [])
+        own_ids = [r.task_id for r in own_rounds] if activation.first_round is not None else [activation.task_id]
+        own_tasks = [task_by_id[t] for t in own_ids if t in task_by_id]
         views_by_step[activation.step_id].append(
             ActivationView(
                 activation=activation,
                 task=task_by_id.get(activation.task_id),
                 tasks=own_tasks,
                 attempts={t.id: attempts.get(t.id, []) for t in own_tasks},
-                rounds=rounds.get(activation.id, []),
+                rounds=own_rounds,
                 wait=waits.get(activation.wait_id),
             )
         )
     order = {key: index for index, key in enumerate(specs)}
     step_views = sorted(
         (StepView(step=s, spec=specs.get(s.key, {}), activations=views_by_step.get(s.id, [])) for s in steps),
-        key=lambda view: order.get(view.step.key, len(order)),
+        key=lambda view: (order.get(view.step.key, len(order)), view.step.key),
     )
     inbox = list(models.InboxRecord.objects.filter(instance_id=instance.id).order_by("-created_at", "-id")[:recent])
     signals = list(models.Signal.objects.filter(workflow_id=instance.id).order_by("-accepted_at", "-id")[:recent])
@@ -154,9 +164,9 @@ def instance_page(*, instance: models.WorkflowInstance, with_audit: bool, recent
         operations = list(
             models.WorkflowOperation.objects.filter(workflow_id=instance.id).order_by("-created_at", "-id")[:recent]
         )
-        executions = list(
-            models.ExecutionAudit.objects.filter(task_id__in=list(task_by_id)).order_by("-created_at", "-id")[:recent]
-        )
+        # Task reviews of this instance are the execution audits its workflow audit references.
+        reviewed = [op.execution_audit_id for op in operations if op.execution_audit_id]
+        executions = list(models.ExecutionAudit.objects.filter(id__in=reviewed).order_by("-created_at", "-id"))
     return InstancePage(
         instance=instance,
         gate=models.Gate.objects.filter(instance_id=instance.id).first(),

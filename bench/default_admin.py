@@ -1,0 +1,14 @@
+"""The product's ModelAdmins with Django's defaults (full COUNTs, default paginator), for comparison."""
+
+from django.contrib import admin
+from django.core.paginator import Paginator
+
+site = admin.AdminSite(name="bench_default_admin")
+
+for model, model_admin in admin.site._registry.items():
+    defaults = type(
+        f"Default{type(model_admin).__name__}",
+        (type(model_admin),),
+        {"paginator": Paginator, "show_full_result_count": True},
+    )
+    site.register(model, defaults)
