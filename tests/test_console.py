@@ -146,3 +146,57 @@ def test_tasks_on_an_inaccessible_queue_are_hidden_from_the_task_list(client, ac
     assert seen.id in html
     assert hidden.id not in html
     assert client.get(f"/admin/history/task/{hidden.id}/change/").status_code == 302
+
+
+def _grow_history(instance, activations: int):
+    charge = models.Step.objects.get(instance=instance, key="charge")
+    app = models.Application.objects.get(namespace_id=instance.namespace_id)
+    queue = models.Queue.objects.get(namespace_id=instance.namespace_id, name="payments")
+    for sequence in range(2, activations + 1):
+        activation = models.Activation.objects.create(
+            step=charge, instance=instance, sequence=sequence, state="FAILED", input="{}"
+        )
+        task = models.Task.objects.create(
+            namespace_id=instance.namespace_id,
+            application=app,
+            queue=queue,
+            handler="h",
+            input="{}",
+            source_instance=instance,
+            source_activation=activation,
+            state="FAILED",
+            attempt_count=1,
+        )
+        models.Attempt.objects.create(task=task, number=1, worker="w", state="FAILED")
+        models.Activation.objects.filter(id=activation.id).update(task=task)
+
+
+def _queries(client, url):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client.get(url)  # warm the per-process queue-name cache
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(url).status_code == 200
+    return len(captured)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/admin/history/workflowinstance/{id}/change/",
+        "/admin/history/workflowinstance/",
+        "/admin/history/task/",
+        "/admin/history/activation/",
+        "/admin/history/attempt/",
+    ],
+)
+def test_page_query_counts_do_not_grow_with_the_history(client, acme, url):
+    small, large = _instance(acme), _instance(acme)
+    _grow_history(small, 2)
+    _grow_history(large, 30)
+    client.force_login(_user("olga", acme, "operators"))
+    assert _queries(client, url.format(id=small.id)) == _queries(client, url.format(id=large.id))
+    before = _queries(client, url.format(id=large.id))
+    _grow_history(_instance(acme), 25)
+    assert _queries(client, url.format(id=large.id)) == before
