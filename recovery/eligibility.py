@@ -1,0 +1,164 @@
+"""Which recovery operations are possible now, why the others are not, and what each would change.
+
+Both functions run the operations' own ``check`` without locks and without writing, so the
+admin, the instance API and the commit can never disagree about a rule. A preview carries the
+revisions it was computed at: committing it later with those revisions refuses a stale preview.
+"""
+
+from history.errors import NotFound, WeaveError
+from history.identity import Identity
+from history.ids import ROOT_STEP_KEY
+from history.models import Activation, Step, StepKind, Task, TaskState, WorkflowInstance
+from recovery.commands import (
+    ContinueCommand,
+    ContinuePollCommand,
+    ExactResult,
+    RearmWaitCommand,
+    ResolveStepCommand,
+    RetryStepCommand,
+    ReviewTaskCommand,
+    instance_id_check,
+)
+from recovery.common import Context, Operation, Plan, change, context_open
+from recovery.operations import OPERATIONS
+from recovery.operations.continue_instance import CONTINUE
+from recovery.operations.review_task import REVIEW_TASK
+
+_PREVIEW_REASON = "preview"
+_STEP_COMMANDS = {
+    "resolve-step": (ResolveStepCommand, {"execution_settled": True, "conclusion": "FAILED"}),
+    "retry-step": (RetryStepCommand, {"safe_to_retry": True}),
+    "continue-poll": (ContinuePollCommand, {"pending_confirmed": True}),
+    "rearm-wait": (RearmWaitCommand, {"wait_verified": True}),
+}
+
+
+def _refused(error: WeaveError) -> dict:
+    return {"possible": False, "code": error.code, "reason": error.message}
+
+
+def _preview(ctx: Context, operation: Operation, plan: Plan) -> dict:
+    instance, gate = ctx.instance, ctx.gate
+    return {
+        "operation": operation.action,
+        "instance": {
+            "state": change(instance.state, plan.instance_state or instance.state),
+            "revision": change(str(instance.revision), str(instance.revision + 1)),
+            "control_revision": change(str(instance.control_revision), str(instance.control_revision + 1)),
+            "gate_open": change(gate.open, gate.open if plan.gate_open is None else plan.gate_open),
+            "paused": instance.paused,
+        },
+        **plan.preview(),
+    }
+
+
+def _evaluate(ctx: Context, operation: Operation, command) -> dict:
+    try:
+        plan = operation.check(ctx, command)
+    except WeaveError as error:
+        return _refused(error)
+    return {"possible": True, "preview": _preview(ctx, operation, plan)}
+
+
+def _common(ctx: Context) -> dict:
+    return {"expected_revision": ctx.instance.revision, "reason": _PREVIEW_REASON, "evidence_ref": _PREVIEW_REASON}
+
+
+def _step_entry(ctx: Context, step: Step, review_tasks: list[Task]) -> dict:
+    entry = {}
+    if review_tasks:
+        task = review_tasks[0]
+        command = ReviewTaskCommand(
+            **_common(ctx),
+            task_id=task.id,
+            expected_task_revision=task.revision,
+            execution_settled=True,
+            conclusion="SUCCEEDED",
+            result=ExactResult(text="true", value=True),
+        )
+        entry["review-task"] = {"task_id": task.id, **_evaluate(ctx, REVIEW_TASK, command)}
+    else:
+        entry["review-task"] = {
+            "possible": False,
+            "code": "FAILED_PRECONDITION",
+            "reason": "no task of this step is NEEDS_REVIEW",
+        }
+    for name, (command_class, extra) in _STEP_COMMANDS.items():
+        if step.current_activation_id is None:
+            entry[name] = {
+                "possible": False,
+                "code": "FAILED_PRECONDITION",
+                "reason": "the step has never been activated",
+            }
+            continue
+        if command_class is ResolveStepCommand:
+            extra = extra | {"result": ExactResult(text='"preview"', value=_PREVIEW_REASON)}
+        command = command_class(
+            **_common(ctx),
+            step_key=step.key,
+            activation_id=step.current_activation_id,
+            expected_step_revision=step.revision,
+            **extra,
+        )
+        entry[name] = _evaluate(ctx, OPERATIONS[name], command)
+    return entry
+
+
+def instance_eligibility(*, identity: Identity, instance_id: str) -> dict:
+    """Per instance and per step: each operation possible now (with its preview) or why not, in words.
+
+    ``{"revision", "continue": {...}, "steps": {key: {"review-task", "resolve-step", "retry-step",
+    "continue-poll", "rearm-wait"}}}``; each entry ``{"possible": true, "preview": {...}}`` or
+    ``{"possible": false, "code", "reason"}``. ResolveStep is judged as a FAILED conclusion (a
+    SUCCEEDED one also needs a result of the step's contract: preview it with the real command).
+    """
+    instance_id_check(instance_id)
+    instance = WorkflowInstance.objects.filter(pk=instance_id, namespace_id=identity.namespace_id).first()
+    if instance is None:
+        raise NotFound("no such workflow instance")
+    steps = sorted(Step.objects.filter(instance_id=instance.id).exclude(key=ROOT_STEP_KEY), key=lambda s: s.key)
+    try:
+        ctx = context_open(identity=identity, instance_id=instance_id, locks=None)
+    except NotFound:
+        raise
+    except WeaveError as error:
+        refusal = _refused(error)
+        names = ["review-task", *_STEP_COMMANDS]
+        return {
+            "revision": str(instance.revision),
+            "continue": refusal,
+            "steps": {s.key: dict.fromkeys(names, refusal) for s in steps if s.kind != StepKind.ROOT},
+        }
+    review_tasks = _review_tasks_by_step(instance)
+    continue_command = ContinueCommand(**_common(ctx), review_resolved=True)
+    return {
+        "revision": str(instance.revision),
+        "continue": _evaluate(ctx, CONTINUE, continue_command),
+        "steps": {s.key: _step_entry(ctx, s, review_tasks.get(s.id, [])) for s in steps if s.kind != StepKind.ROOT},
+    }
+
+
+def _review_tasks_by_step(instance: WorkflowInstance) -> dict[str, list[Task]]:
+    tasks = list(
+        Task.objects.filter(source_instance_id=instance.id, state=TaskState.NEEDS_REVIEW).order_by("created_at")
+    )
+    step_of = dict(
+        Activation.objects.filter(pk__in=[t.source_activation_id for t in tasks]).values_list("id", "step_id")
+    )
+    by_step: dict[str, list[Task]] = {}
+    for task in tasks:
+        by_step.setdefault(step_of.get(task.source_activation_id), []).append(task)
+    return by_step
+
+
+def operation_preview(*, identity: Identity, operation: str, instance_id: str, command: dict) -> dict:
+    """What ``operation`` with this exact command would change now, without writing anything.
+
+    Runs the same validation and checks as the commit, in the same order; refusals raise the
+    same errors. Idempotency is not consulted: a preview never claims a key.
+    """
+    op = OPERATIONS[operation]
+    instance_id_check(instance_id)
+    parsed = op.command_class.parse(command)
+    ctx = context_open(identity=identity, instance_id=instance_id, locks=None)
+    return _preview(ctx, op, op.check(ctx, parsed))

@@ -1,0 +1,132 @@
+"""Continue: lift the instance review when the server's own checks allow it (SPEC §5.3).
+
+review_resolved is only the operator's word: the server still requires no step in review, no
+failed or cancelled step without a conclusion, no task in review, no UNKNOWN attempt without a
+review and a clean inbox. Then, in order: a stop intent → CANCELLING (a later success never
+revokes a stop); a step concluded FAILED → stop_kind FAIL, CANCELLING; a passed instance
+deadline → refused; else RUNNING with the gate open unless paused, and a root continuation.
+"""
+
+from dataclasses import dataclass
+
+from history.errors import FailedPrecondition
+from history.identity import Identity
+from history.ids import ROOT_STEP_KEY
+from history.models import (
+    Attempt,
+    AttemptState,
+    Continuation,
+    InstanceState,
+    Step,
+    StepKind,
+    StepState,
+    StopKind,
+    Task,
+    TaskState,
+)
+from recovery.commands import ContinueCommand
+from recovery.common import Context, Effect, Operation, Plan, bump, operation_execute, step_conclusion
+from recovery.receipts import Receipt
+
+CONTINUATION_KIND = "CONTINUE"
+
+
+@dataclass
+class ContinuePlan(Plan):
+    stop_kind: str | None
+    stop_reason: str
+    instance_state: str
+    gate_open: bool
+
+    def preview(self) -> dict:
+        preview = {"stop_kind": self.stop_kind}
+        if self.instance_state == InstanceState.RUNNING:
+            preview["root_continuation"] = CONTINUATION_KIND
+        return preview
+
+
+def _review_matters_left(ctx: Context, steps: list[Step]) -> str | None:
+    """The first matter of this review still open, in words, or None."""
+    for step in steps:
+        if step.state == StepState.NEEDS_REVIEW:
+            return f"step {step.key!r} is NEEDS_REVIEW"
+        if step.state in (StepState.FAILED, StepState.CANCELLED) and step_conclusion(step) is None:
+            return f"step {step.key!r} is {step.state} without a conclusion: resolve or retry it"
+    instance_id = ctx.instance.id
+    task_id = (
+        Task.objects.filter(source_instance_id=instance_id, state=TaskState.NEEDS_REVIEW)
+        .values_list("id", flat=True)
+        .first()
+    )
+    if task_id:
+        return f"task {task_id} is NEEDS_REVIEW: review it first"
+    unknown = (
+        Attempt.objects.filter(
+            task__source_instance_id=instance_id, state=AttemptState.UNKNOWN, task__review_conclusion=""
+        )
+        .values_list("task_id", flat=True)
+        .first()
+    )
+    if unknown:
+        return f"task {unknown} has an UNKNOWN attempt that was never reviewed"
+    return None
+
+
+class Continue(Operation):
+    name = "continue"
+    action = "workflow.continue"
+    command_class = ContinueCommand
+
+    def check(self, ctx: Context, command: ContinueCommand) -> ContinuePlan:
+        ctx.require_revision(command.expected_revision)
+        instance = ctx.instance
+        steps = sorted(Step.objects.filter(instance_id=instance.id).exclude(kind=StepKind.ROOT), key=lambda s: s.key)
+        problem = _review_matters_left(ctx, steps)
+        if problem:
+            raise FailedPrecondition(problem)
+        if instance.stop_kind:
+            return ContinuePlan(instance.stop_kind, instance.stop_reason, InstanceState.CANCELLING, False)
+        failed = [s.key for s in steps if s.state == StepState.FAILED and step_conclusion(s) == "FAILED"]
+        if failed:
+            return ContinuePlan(StopKind.FAIL, f"step {failed[0]!r} concluded FAILED", InstanceState.CANCELLING, False)
+        if instance.deadline_at is not None and instance.deadline_at <= ctx.now:
+            raise FailedPrecondition(
+                "the instance deadline has passed: cancel it instead; deadlines are never extended"
+            )
+        return ContinuePlan(None, "", InstanceState.RUNNING, not instance.paused)
+
+    def apply(self, ctx: Context, command: ContinueCommand, plan: ContinuePlan, *, operation_id: str) -> Effect:
+        instance, gate = ctx.instance, ctx.gate
+        instance.state, instance.stop_kind, instance.stop_reason = plan.instance_state, plan.stop_kind, plan.stop_reason
+        instance.review_reason = ""
+        if gate.open != plan.gate_open:
+            bump(gate, now=ctx.now, open=plan.gate_open)
+        after = {}
+        if plan.instance_state == InstanceState.RUNNING:
+            continuation = Continuation.objects.create(
+                instance=instance, step_key=ROOT_STEP_KEY, kind=CONTINUATION_KIND, created_at=ctx.now
+            )
+            after["root_continuation_id"] = continuation.id
+        return Effect(before={}, after=after)
+
+
+CONTINUE = Continue()
+
+
+def instance_continue(
+    *, identity: Identity, instance_id: str, idempotency_key: str, command: dict, request_id: str = ""
+) -> Receipt:
+    """Lift the review of an instance whose every matter is handled (review_resolved=true).
+
+    A stop intent or a step concluded FAILED hands the instance to the stop path (CANCELLING,
+    gate closed); a passed deadline is refused; otherwise RUNNING, the gate open unless paused
+    (paused stays), a root continuation saved, deadlines unchanged.
+    """
+    return operation_execute(
+        operation=CONTINUE,
+        identity=identity,
+        instance_id=instance_id,
+        idempotency_key=idempotency_key,
+        command=command,
+        request_id=request_id,
+    )

@@ -1,0 +1,142 @@
+"""ContinuePoll: resume a POLL step's original wait after an authoritative PENDING (SPEC §5.3).
+
+The next round is due at the creation of the result event that carried the PENDING answer plus
+the frozen interval — never "now + interval" — and must fall before the total query deadline.
+The same round is never queried again; inbox dispositions are not rewritten; review stays.
+"""
+
+import datetime as dt
+from dataclasses import dataclass
+
+from history.errors import FailedPrecondition, Unavailable
+from history.identity import Identity
+from history.models import (
+    ActivationState,
+    Disposition,
+    InboxRecord,
+    InboxSource,
+    ResultEvent,
+    ResultKind,
+    StepKind,
+    StepState,
+)
+from recovery.commands import ContinuePollCommand
+from recovery.common import (
+    Context,
+    Effect,
+    Operation,
+    Plan,
+    StepHistory,
+    activation_snapshot,
+    bump,
+    change,
+    operation_execute,
+    rfc3339,
+    step_decision_resolve,
+    step_snapshot,
+)
+from recovery.receipts import Receipt
+
+
+@dataclass
+class ContinuePollPlan(Plan):
+    history: StepHistory
+    next_round_at: dt.datetime
+
+    def preview(self) -> dict:
+        step, current = self.history.step, self.history.current
+        return {
+            "step_key": step.key,
+            "step": {"state": change(step.state, StepState.WAITING)},
+            "activation": {
+                "id": current.id,
+                "sequence": current.sequence,
+                "state": change(current.state, ActivationState.WAITING),
+                "next_round_at": change(rfc3339(current.next_round_at), rfc3339(self.next_round_at)),
+            },
+            "rounds": {"used": current.used_rounds, "max": current.max_rounds},
+            "deadlines_kept": {"poll_deadline_at": rfc3339(current.poll_deadline_at)},
+        }
+
+
+def _pending_carrier(ctx: Context, history: StepHistory) -> ResultEvent:
+    """The result event (RESULT or REVIEWED) whose consumed answer was the authoritative PENDING."""
+    current = history.current
+    event = (
+        ResultEvent.objects.filter(task_id=current.last_task_id, kind__in=[ResultKind.RESULT, ResultKind.REVIEWED])
+        .filter(outcome="SUCCEEDED")
+        .order_by("-seq")
+        .first()
+    )
+    if event is None:
+        raise Unavailable(f"activation {current.id} was classified PENDING without a successful result event")
+    disposition = (
+        InboxRecord.objects.filter(source_kind=InboxSource.RESULT_EVENT, source_id=event.id)
+        .values_list("disposition", flat=True)
+        .first()
+    )
+    if disposition != Disposition.APPLIED:
+        raise FailedPrecondition(f"the PENDING answer of event {event.id} was not applied to the activation")
+    return event
+
+
+class ContinuePoll(Operation):
+    name = "continue-poll"
+    action = "workflow.continue_poll"
+    command_class = ContinuePollCommand
+
+    def check(self, ctx: Context, command: ContinuePollCommand) -> ContinuePollPlan:
+        history = step_decision_resolve(ctx, command)
+        step, current = history.step, history.current
+        if step.kind != StepKind.POLL:
+            raise FailedPrecondition(f"ContinuePoll applies to POLL steps; {step.key!r} is {step.kind}")
+        if current.state != ActivationState.NEEDS_REVIEW:
+            raise FailedPrecondition(f"activation {current.sequence} is {current.state}, not NEEDS_REVIEW")
+        problem = history.unsettled()
+        if problem:
+            raise FailedPrecondition(problem)
+        if current.last_round_classification != "PENDING" or current.last_task_id is None:
+            raise FailedPrecondition("the last round has no consumed PENDING classification to continue from")
+        if (current.used_rounds or 0) >= (current.max_rounds or 0):
+            raise FailedPrecondition(f"all {current.max_rounds} rounds are used: resolve the step instead")
+        if current.poll_deadline_at is not None and current.poll_deadline_at <= ctx.now:
+            raise FailedPrecondition("the total query deadline has passed")
+        event = _pending_carrier(ctx, history)
+        next_round_at = event.created_at + dt.timedelta(seconds=current.interval_seconds or 0)
+        if current.poll_deadline_at is not None and next_round_at >= current.poll_deadline_at:
+            raise FailedPrecondition(
+                f"the next round would be due at {rfc3339(next_round_at)}, not before the total query deadline"
+            )
+        return ContinuePollPlan(history=history, next_round_at=next_round_at)
+
+    def apply(self, ctx: Context, command: ContinuePollCommand, plan: ContinuePollPlan, *, operation_id: str) -> Effect:
+        step, activation = plan.history.step, plan.history.current
+        before = {"step": step_snapshot(step), "activation": activation_snapshot(activation)}
+        bump(activation, now=ctx.now, state=ActivationState.WAITING, next_round_at=plan.next_round_at)
+        bump(step, now=ctx.now, state=StepState.WAITING)
+        after = {
+            "step": step_snapshot(step),
+            "activation": activation_snapshot(activation) | {"next_round_at": rfc3339(plan.next_round_at)},
+        }
+        return Effect(before=before, after=after, step_key=step.key, activation=activation)
+
+
+CONTINUE_POLL = ContinuePoll()
+
+
+def poll_continue(
+    *, identity: Identity, instance_id: str, idempotency_key: str, command: dict, request_id: str = ""
+) -> Receipt:
+    """Put a POLL step in review back into its original wait after a confirmed PENDING answer.
+
+    Needs pending_confirmed=true, a consumed and applied PENDING classification of the last
+    round, rounds left and a next round (event time + frozen interval) before the query deadline.
+    """
+    return operation_execute(
+        operation=CONTINUE_POLL,
+        identity=identity,
+        instance_id=instance_id,
+        idempotency_key=idempotency_key,
+        command=command,
+        request_id=request_id,
+    )

@@ -1,0 +1,159 @@
+"""RearmWait: a new wait generation for a standalone SIGNAL or TIMER step in review (SPEC §5.3).
+
+The new activation's wait keeps the contract, correlation key, deadline and TIMER fire_at: a
+deadline is never extended. The old wait is SUPERSEDED with its winner kept; unconsumed signals
+of the step stay PENDING for the new generation. POLL steps are refused (RetryStep recovers
+their final-signal wait). The instance review stays.
+"""
+
+from dataclasses import dataclass
+
+from history.errors import FailedPrecondition, Unavailable
+from history.identity import Identity
+from history.ids import new_id
+from history.models import Activation, ActivationState, StepKind, StepState, Wait, WaitState
+from recovery.commands import RearmWaitCommand
+from recovery.common import (
+    Context,
+    Effect,
+    Operation,
+    Plan,
+    StepHistory,
+    activation_snapshot,
+    bump,
+    change,
+    operation_execute,
+    rfc3339,
+    step_conclusion,
+    step_decision_resolve,
+    step_snapshot,
+)
+from recovery.receipts import Receipt
+
+
+@dataclass
+class RearmPlan(Plan):
+    history: StepHistory
+    wait: Wait
+
+    def preview(self) -> dict:
+        step, current, wait = self.history.step, self.history.current, self.wait
+        return {
+            "step_key": step.key,
+            "step": {"state": change(step.state, StepState.WAITING)},
+            "activation": {"id": current.id, "state": change(current.state, ActivationState.SUPERSEDED)},
+            "new_activation": {"sequence": current.sequence + 1, "state": ActivationState.WAITING},
+            "wait": {
+                "id": wait.id,
+                "state": change(wait.state, WaitState.SUPERSEDED),
+                "winner_signal_id": wait.winner_signal_id,
+            },
+            "new_wait": {"generation": wait.generation + 1, "state": WaitState.WAITING},
+            "deadlines_kept": {"deadline_at": rfc3339(wait.deadline_at), "fire_at": rfc3339(wait.fire_at)},
+        }
+
+
+def wait_snapshot(wait: Wait) -> dict:
+    return {
+        "id": wait.id,
+        "generation": wait.generation,
+        "state": wait.state,
+        "deadline_at": rfc3339(wait.deadline_at),
+        "fire_at": rfc3339(wait.fire_at),
+        "winner_signal_id": wait.winner_signal_id,
+    }
+
+
+class RearmWait(Operation):
+    name = "rearm-wait"
+    action = "workflow.rearm_wait"
+    command_class = RearmWaitCommand
+
+    def check(self, ctx: Context, command: RearmWaitCommand) -> RearmPlan:
+        history = step_decision_resolve(ctx, command)
+        step, current = history.step, history.current
+        if step.kind == StepKind.POLL:
+            raise FailedPrecondition("a POLL step's final-signal wait is recovered by RetryStep, not RearmWait")
+        if step.kind not in (StepKind.SIGNAL, StepKind.TIMER):
+            raise FailedPrecondition(f"RearmWait applies to SIGNAL and TIMER steps; {step.key!r} is {step.kind}")
+        if step.state == StepState.SUCCEEDED or step_conclusion(step) == "SUCCEEDED":
+            raise FailedPrecondition(f"step {step.key!r} succeeded: a succeeded step is never re-run")
+        if current.state != ActivationState.NEEDS_REVIEW:
+            raise FailedPrecondition(f"activation {current.sequence} is {current.state}, not NEEDS_REVIEW")
+        wait = history.waits.get(current.wait_id)
+        if wait is None:
+            raise Unavailable(f"activation {current.id} of a {step.kind} step has no wait")
+        if wait.state != WaitState.NEEDS_REVIEW:
+            raise FailedPrecondition(f"wait generation {wait.generation} is {wait.state}, not NEEDS_REVIEW")
+        if wait.deadline_at <= ctx.now:
+            raise FailedPrecondition(
+                f"the wait's deadline {rfc3339(wait.deadline_at)} has passed; it is never extended"
+            )
+        return RearmPlan(history=history, wait=wait)
+
+    def apply(self, ctx: Context, command: RearmWaitCommand, plan: RearmPlan, *, operation_id: str) -> Effect:
+        step, current, wait = plan.history.step, plan.history.current, plan.wait
+        before = {"step": step_snapshot(step), "activation": activation_snapshot(current), "wait": wait_snapshot(wait)}
+        activation_id, wait_id = new_id(), new_id()
+        activation = Activation.objects.create(
+            id=activation_id,
+            step=step,
+            instance=ctx.instance,
+            sequence=current.sequence + 1,
+            state=ActivationState.WAITING,
+            input=current.input,
+            deadline_at=current.deadline_at,
+            latest_start_at=current.latest_start_at,
+            wait_id=wait_id,
+            created_at=ctx.now,
+            updated_at=ctx.now,
+        )
+        new_wait = Wait.objects.create(
+            id=wait_id,
+            instance=ctx.instance,
+            step=step,
+            activation=activation,
+            kind=wait.kind,
+            generation=wait.generation + 1,
+            signal_name=wait.signal_name,
+            payload_version=wait.payload_version,
+            correlation_key=wait.correlation_key,
+            deadline_at=wait.deadline_at,
+            fire_at=wait.fire_at,
+            state=WaitState.WAITING,
+            created_at=ctx.now,
+            updated_at=ctx.now,
+        )
+        wait.state, wait.updated_at = WaitState.SUPERSEDED, ctx.now
+        wait.save(update_fields=["state", "updated_at"])
+        bump(current, now=ctx.now, state=ActivationState.SUPERSEDED)
+        bump(step, now=ctx.now, state=StepState.WAITING, current_activation=activation)
+        after = {
+            "step": step_snapshot(step),
+            "activation": activation_snapshot(current),
+            "wait": wait_snapshot(wait),
+            "new_activation": activation_snapshot(activation),
+            "new_wait": wait_snapshot(new_wait),
+        }
+        return Effect(before=before, after=after, step_key=step.key, activation=activation)
+
+
+REARM_WAIT = RearmWait()
+
+
+def wait_rearm(
+    *, identity: Identity, instance_id: str, idempotency_key: str, command: dict, request_id: str = ""
+) -> Receipt:
+    """Give a SIGNAL or TIMER step in review a new wait generation before its original deadline.
+
+    Needs wait_verified=true. Keeps contract, correlation key, deadline and fire_at; supersedes the
+    old activation and wait (its winner kept); leaves unconsumed signals PENDING; refuses POLL steps.
+    """
+    return operation_execute(
+        operation=REARM_WAIT,
+        identity=identity,
+        instance_id=instance_id,
+        idempotency_key=idempotency_key,
+        command=command,
+        request_id=request_id,
+    )

@@ -1,0 +1,168 @@
+"""ReviewTask: record the verified outcome of a NEEDS_REVIEW task (SPEC §5.3).
+
+It settles the task (conclusion as its state, result, review conclusion, permit released) and
+publishes a REVIEWED result event, last in the transaction. It never resolves the step nor
+lifts the instance review: a verified query success answering PENDING is not a POLL success.
+"""
+
+from dataclasses import dataclass
+
+from engine.results import result_event_publish
+from history.errors import Aborted, FailedPrecondition, NotFound, Unavailable
+from history.identity import Identity
+from history.ids import new_id
+from history.models import Activation, Attempt, AttemptState, ExecutionAudit, ResultKind, Step, Task, TaskState
+from recovery.commands import ReviewTaskCommand
+from recovery.common import (
+    Context,
+    Effect,
+    Operation,
+    Plan,
+    StepHistory,
+    bump,
+    change,
+    operation_execute,
+    quota_adjust,
+    step_history,
+    task_snapshot,
+)
+from recovery.receipts import Receipt
+
+
+@dataclass
+class ReviewPlan(Plan):
+    history: StepHistory
+    task: Task
+    activation: Activation
+    conclusion: str
+    quota: tuple | None
+
+    def preview(self) -> dict:
+        return {
+            "step_key": self.history.step.key,
+            "task": {
+                "id": self.task.id,
+                "state": change(self.task.state, self.conclusion),
+                "revision": change(str(self.task.revision), str(self.task.revision + 1)),
+                "permit_held": change(self.task.permit_held, False),
+            },
+            "activation": {"id": self.activation.id, "state": change(self.activation.state, self.activation.state)},
+            "result_event": "REVIEWED",
+        }
+
+
+def _task_under_instance(ctx: Context, task_id: str) -> Task:
+    task = Task.objects.filter(
+        pk=task_id, namespace_id=ctx.instance.namespace_id, source_instance_id=ctx.instance.id
+    ).first()
+    if task is None:
+        raise NotFound(f"no task {task_id} in this instance")
+    return task
+
+
+def _require_task_revision(task: Task, expected: int) -> None:
+    if task.revision != expected:
+        raise Aborted(f"expected_task_revision {expected} is stale: the task is at revision {task.revision}")
+
+
+class ReviewTask(Operation):
+    name = "review-task"
+    action = "workflow.review_task"
+    command_class = ReviewTaskCommand
+
+    def quota_task(self, *, identity: Identity, instance_id: str, command: ReviewTaskCommand) -> Task | None:
+        return Task.objects.filter(
+            pk=command.task_id, namespace_id=identity.namespace_id, source_instance_id=instance_id
+        ).first()
+
+    def check(self, ctx: Context, command: ReviewTaskCommand) -> ReviewPlan:
+        seen = _task_under_instance(ctx, command.task_id)
+        ctx.require_revision(command.expected_revision)
+        _require_task_revision(seen, command.expected_task_revision)
+        source = Activation.objects.filter(pk=seen.source_activation_id, instance_id=ctx.instance.id).first()
+        step = Step.objects.filter(pk=source.step_id, instance_id=ctx.instance.id).first() if source else None
+        if step is None:
+            raise Unavailable(f"task {seen.id} names a source activation that is not in this instance")
+        history = step_history(ctx, step)
+        task = history.tasks[seen.id]
+        _require_task_revision(task, command.expected_task_revision)
+        if task.state != TaskState.NEEDS_REVIEW:
+            raise FailedPrecondition(f"task {task.id} is {task.state}; only a NEEDS_REVIEW task can be reviewed")
+        if any(a.state == AttemptState.RUNNING for a in history.attempts.get(task.id, ())):
+            raise FailedPrecondition(f"task {task.id} has a RUNNING attempt: its execution has not ended")
+        quota = ctx.quota_rows(task) if task.permit_held else None
+        if quota is not None and any(row.active_tasks < 1 for row in quota):
+            raise Unavailable(f"task {task.id} holds a permit its application or queue does not count")
+        activation = next(a for a in history.activations if a.pk == task.source_activation_id)
+        return ReviewPlan(history=history, task=task, activation=activation, conclusion=command.conclusion, quota=quota)
+
+    def apply(self, ctx: Context, command: ReviewTaskCommand, plan: ReviewPlan, *, operation_id: str) -> Effect:
+        task = plan.task
+        before = task_snapshot(task)
+        bump(
+            task,
+            now=ctx.now,
+            state=command.conclusion,
+            outcome=command.conclusion,
+            result=command.result.text,
+            review_conclusion=command.conclusion,
+            execution_settled=True,
+            permit_held=False,
+        )
+        if plan.quota is not None:
+            quota_adjust(plan.quota, -1)
+        # The UNKNOWN attempts stay UNKNOWN: only their lease is closed.
+        Attempt.objects.filter(task_id=task.id, state=AttemptState.UNKNOWN, finished_at=None).update(
+            finished_at=ctx.now
+        )
+        after = task_snapshot(task) | {"result_digest": command.result.digest}
+        execution_audit = ExecutionAudit.objects.create(
+            namespace_id=task.namespace_id,
+            task=task,
+            operation_id=new_id(),
+            actor_id=ctx.identity.actor_id,
+            action="task.review",
+            reason=command.reason,
+            evidence_ref=command.evidence_ref,
+            request_id=ctx.request_id,
+            before=before,
+            after=after,
+            created_at=ctx.now,
+        )
+        return Effect(
+            before={"task": before},
+            after={"task": after},
+            step_key=plan.history.step.key,
+            activation=plan.activation,
+            task_id=task.id,
+            execution_audit=execution_audit,
+        )
+
+    def publish(self, ctx: Context, plan: ReviewPlan) -> None:
+        task = plan.task
+        result_event_publish(
+            locks=ctx.locks, task=task, kind=ResultKind.REVIEWED, outcome=task.outcome, result=task.result
+        )
+
+
+REVIEW_TASK = ReviewTask()
+
+
+def task_review(
+    *, identity: Identity, instance_id: str, idempotency_key: str, command: dict, request_id: str = ""
+) -> Receipt:
+    """Record the operator's verified outcome of a NEEDS_REVIEW task of this instance.
+
+    Needs workflows:recover, the current instance and task revisions and execution_settled=true.
+    The task takes the conclusion, stores the result, releases its permit; an ExecutionAudit and a
+    WorkflowOperation referencing it are written and a REVIEWED result event is published last.
+    The step and the instance review are left as they are.
+    """
+    return operation_execute(
+        operation=REVIEW_TASK,
+        identity=identity,
+        instance_id=instance_id,
+        idempotency_key=idempotency_key,
+        command=command,
+        request_id=request_id,
+    )

@@ -1,0 +1,560 @@
+"""NEEDS_REVIEW states built directly from rows, as the engine leaves them.
+
+Each builder returns a ``State`` whose rows satisfy the engine's invariants (checked by
+``assert_invariants``): gate closed in review, a ``$root`` step, gap-free activation
+sequences, tasks with both-way source fields, attempt rows matching attempt_count, result
+events with CONSUMED inbox records, and quota counters equal to the permits held.
+"""
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from history import clock, exactjson
+from history.ids import ROOT_STEP_KEY, new_id
+from history.models import (
+    Activation,
+    ActivationState,
+    Application,
+    Attempt,
+    AttemptState,
+    Disposition,
+    Gate,
+    InboxRecord,
+    InboxSource,
+    InboxState,
+    InstanceState,
+    PollRound,
+    Queue,
+    ResultEvent,
+    ResultKind,
+    Signal,
+    SignalState,
+    Step,
+    StepKind,
+    StepState,
+    Task,
+    TaskState,
+    Wait,
+    WaitKind,
+    WaitState,
+    WorkflowDefinition,
+    WorkflowInstance,
+)
+
+HOUR = dt.timedelta(hours=1)
+QUEUE = "payments"
+TASK_STEP = {
+    "key": "charge",
+    "kind": "TASK",
+    "after": [],
+    "handler": "charge_card",
+    "queue": QUEUE,
+    "priority": 5,
+    "max_attempts": 3,
+    "deadline": 7200,
+    "latest_start": 3600,
+    "contract": {"type": "object", "required": ["paid"], "properties": {"paid": {"type": "boolean"}}},
+}
+NEXT_STEP = {"key": "ship", "kind": "TASK", "after": ["charge"], "handler": "ship", "queue": QUEUE, "max_attempts": 1}
+POLL_STEP = {
+    "key": "settle",
+    "kind": "POLL",
+    "after": [],
+    "handler": "check_settlement",
+    "queue": QUEUE,
+    "priority": 0,
+    "max_rounds": 3,
+    "attempts_per_round": 2,
+    "interval_seconds": 60,
+    "poll_deadline": 7200,
+    "classification": {"field": "status", "values": {"DONE": "SUCCEEDED", "REJECTED": "FAILED", "WAITING": "PENDING"}},
+    "contract": {"type": "object", "required": ["status"]},
+}
+SIGNAL_STEP = {
+    "key": "approval",
+    "kind": "SIGNAL",
+    "after": [],
+    "name": "approved",
+    "payload_version": "1",
+    "correlation": "input.order",
+    "deadline": 7200,
+    "contract": {"type": "object", "required": ["by"]},
+}
+TIMER_STEP = {"key": "cooldown", "kind": "TIMER", "after": [], "duration": 600, "deadline": 4200, "max_lateness": 300}
+PENDING_ANSWER = '{"status":"WAITING"}'
+INSTANCE_REVISION = 20
+
+
+@dataclass
+class State:
+    application: Application
+    queue: Queue
+    definition: WorkflowDefinition
+    instance: WorkflowInstance
+    steps: dict[str, Step]
+    activations: list[Activation] = field(default_factory=list)
+    tasks: list[Task] = field(default_factory=list)
+    wait: Wait | None = None
+    signals: list[Signal] = field(default_factory=list)
+    reviewed_event: ResultEvent | None = None
+
+    @property
+    def step(self) -> Step:
+        return next(s for k, s in self.steps.items() if k != ROOT_STEP_KEY)
+
+    @property
+    def activation(self) -> Activation:
+        return self.activations[-1]
+
+    @property
+    def task(self) -> Task:
+        return self.tasks[-1]
+
+    def fresh(self) -> "State":
+        """The same state with every row read again."""
+        self.instance.refresh_from_db()
+        for row in [*self.steps.values(), *self.activations, *self.tasks, self.application, self.queue]:
+            row.refresh_from_db()
+        if self.wait is not None:
+            self.wait.refresh_from_db()
+        return self
+
+
+def _definition(namespace_id: str, steps: list[dict]) -> WorkflowDefinition:
+    version = WorkflowDefinition.objects.filter(namespace_id=namespace_id, name="order").count() + 1
+    return WorkflowDefinition.objects.create(
+        namespace_id=namespace_id, name="order", version=version, spec={"steps": steps}, queues=[QUEUE]
+    )
+
+
+def instance_make(tenancy, steps: list[dict], *, stop_kind=None, paused=False, deadline=HOUR * 4) -> State:
+    """An instance in NEEDS_REVIEW (gate closed) with its $root step and one PENDING step per node."""
+    namespace, application, queues = tenancy
+    now = clock.now()
+    definition = _definition(namespace.id, steps)
+    instance = WorkflowInstance.objects.create(
+        namespace=namespace,
+        definition=definition,
+        business_key=f"order-{new_id()[:8]}",
+        state=InstanceState.NEEDS_REVIEW,
+        paused=paused,
+        stop_kind=stop_kind,
+        stop_reason="operator cancel" if stop_kind else "",
+        revision=INSTANCE_REVISION,
+        control_revision=7,
+        input='{"order":"A-1","amount":1.10}',
+        deadline_at=now + deadline,
+        review_reason="a step needs review",
+        created_at=now - HOUR,
+    )
+    Gate.objects.create(instance=instance, open=False, revision=3)
+    rows = {ROOT_STEP_KEY: Step.objects.create(instance=instance, key=ROOT_STEP_KEY, kind=StepKind.ROOT)}
+    for spec in steps:
+        rows[spec["key"]] = Step.objects.create(instance=instance, key=spec["key"], kind=spec["kind"])
+    return State(application=application, queue=queues[0], definition=definition, instance=instance, steps=rows)
+
+
+def _inbox_consumed(state: State, event: ResultEvent, task: Task, disposition=Disposition.APPLIED) -> None:
+    InboxRecord.objects.create(
+        instance=state.instance,
+        source_kind=InboxSource.RESULT_EVENT,
+        source_id=event.id,
+        task=task,
+        activation_id=task.source_activation_id,
+        state=InboxState.CONSUMED,
+        disposition=disposition,
+        created_at=event.created_at,
+        consumed_at=event.created_at,
+    )
+
+
+def result_event_add(state: State, task: Task, kind: str, outcome: str = "", result: str | None = None, *, at=None):
+    seq = ResultEvent.objects.filter(task=task).count() + 1
+    event = ResultEvent.objects.create(
+        task=task,
+        seq=seq,
+        kind=kind,
+        outcome=outcome,
+        result=result,
+        task_revision=task.revision,
+        created_at=at or clock.now(),
+    )
+    _inbox_consumed(state, event, task)
+    return event
+
+
+def task_add(
+    state: State,
+    activation: Activation,
+    *,
+    state_: str,
+    attempts: list[str],
+    max_attempts: int,
+    retry_of: Task | None = None,
+    source_round: int | None = None,
+    result: str | None = None,
+    created_at=None,
+) -> Task:
+    """A task of ``activation`` with its attempts; its permit is held until it is terminal."""
+    spec = state.definition.step_spec(_key_of(state, activation))
+    first = state.tasks[0] if state.tasks else None
+    now = created_at or clock.now()
+    task = Task.objects.create(
+        namespace_id=state.instance.namespace_id,
+        application=state.application,
+        queue=state.queue,
+        handler=spec["handler"],
+        priority=spec.get("priority", 0),
+        input=first.input if first else '{"order":"A-1","amount":1.10}',
+        business_key=state.instance.business_key,
+        concurrency_key="card-42",
+        state=state_,
+        revision=2 + len(attempts),
+        attempt_count=len(attempts),
+        max_attempts=max_attempts,
+        deadline_at=activation.deadline_at,
+        latest_start_at=activation.latest_start_at,
+        retry_of=retry_of,
+        source_instance=state.instance,
+        source_activation=activation,
+        source_round=source_round,
+        outcome=state_ if state_ in (TaskState.SUCCEEDED, TaskState.FAILED) else "",
+        result=result,
+        permit_held=state_ not in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED),
+        created_at=now,
+        updated_at=now,
+    )
+    for number, attempt_state in enumerate(attempts, start=1):
+        Attempt.objects.create(
+            task=task,
+            number=number,
+            worker="worker-1",
+            state=attempt_state,
+            lease_expires_at=now + dt.timedelta(minutes=5),
+            started_at=now,
+            finished_at=now if attempt_state != AttemptState.UNKNOWN else None,
+        )
+    state.tasks.append(task)
+    return task
+
+
+def _key_of(state: State, activation: Activation) -> str:
+    return next(k for k, s in state.steps.items() if s.id == activation.step_id)
+
+
+def activation_add(state: State, key: str, *, state_: str, **fields) -> Activation:
+    step = state.steps[key]
+    now = clock.now()
+    sequence = Activation.objects.filter(step=step).count() + 1
+    first = next((a for a in state.activations if a.step_id == step.id), None)
+    activation = Activation.objects.create(
+        step=step,
+        instance=state.instance,
+        sequence=sequence,
+        state=state_,
+        revision=3,
+        input=first.input if first else '{"order":"A-1"}',
+        deadline_at=first.deadline_at if first else now + 2 * HOUR,
+        latest_start_at=first.latest_start_at if first else now + HOUR,
+        created_at=now,
+        updated_at=now,
+        **fields,
+    )
+    state.activations.append(activation)
+    step.current_activation = activation
+    step.state = {
+        ActivationState.SUPERSEDED: step.state,
+        ActivationState.ACTIVE: StepState.ACTIVE,
+    }.get(state_, state_)
+    step.revision += 1
+    step.save()
+    return activation
+
+
+def quota_sync(state: State) -> State:
+    """Counters equal to the permits held, as the engine keeps them."""
+    for row, name in ((state.application, "application"), (state.queue, "queue")):
+        row.active_tasks = Task.objects.filter(**{name: row}, permit_held=True).count()
+        row.save(update_fields=["active_tasks"])
+    return state
+
+
+# ---- TASK ----------------------------------------------------------------------------------
+
+
+def task_chain_state(tenancy, chain: list[tuple[str, str, list[str]]], *, steps=None, **instance) -> State:
+    """A TASK step whose activations ran ``chain``: (activation state, task state, attempt states) each.
+
+    Every task retries its predecessor and gets what is left of max_attempts, as RetryStep makes it.
+    """
+    state = instance_make(tenancy, steps or [TASK_STEP], **instance)
+    budget, spent, previous = TASK_STEP["max_attempts"], 0, None
+    for index, (activation_state, task_state, attempts) in enumerate(chain):
+        last = index == len(chain) - 1
+        activation = activation_add(
+            state, "charge", state_=activation_state if last else _settled(activation_state), task=None
+        )
+        task = task_add(
+            state,
+            activation,
+            state_=task_state,
+            attempts=attempts,
+            max_attempts=budget - spent,
+            retry_of=previous,
+            result='{"error":"declined"}' if task_state == TaskState.FAILED else None,
+        )
+        activation.task = task
+        activation.save(update_fields=["task"])
+        if AttemptState.UNKNOWN in attempts:
+            result_event_add(state, task, ResultKind.UNKNOWN)
+        elif task_state in (TaskState.FAILED, TaskState.SUCCEEDED):
+            result_event_add(state, task, ResultKind.RESULT, task_state, task.result)
+        spent += len(attempts)
+        previous = task
+    return quota_sync(state)
+
+
+def _settled(activation_state: str) -> str:
+    return activation_state if activation_state in (ActivationState.FAILED, ActivationState.CANCELLED) else "SUPERSEDED"
+
+
+def task_unknown_state(tenancy, **instance) -> State:
+    """The lease of the only attempt expired: task, activation and step NEEDS_REVIEW, permit kept."""
+    return task_chain_state(
+        tenancy, [(ActivationState.NEEDS_REVIEW, TaskState.NEEDS_REVIEW, [AttemptState.UNKNOWN])], **instance
+    )
+
+
+def cancel_unknown_state(tenancy) -> State:
+    """An UNKNOWN attempt while the instance was being cancelled: review with the stop intent kept."""
+    return task_unknown_state(tenancy, stop_kind="CANCEL")
+
+
+def task_failed_state(tenancy, *, attempts_used: int = 2, **instance) -> State:
+    """The task failed for good after ``attempts_used`` attempts: activation and step FAILED."""
+    return task_chain_state(
+        tenancy, [(ActivationState.FAILED, TaskState.FAILED, [AttemptState.FAILED] * attempts_used)], **instance
+    )
+
+
+def task_reviewed_state(tenancy, *, conclusion: str = "SUCCEEDED", steps=None, **instance) -> State:
+    """After ReviewTask and the consumption of its REVIEWED event: the activation stays NEEDS_REVIEW."""
+    state = task_unknown_state(tenancy, steps=steps, **instance)
+    task = state.task
+    result = '{"paid":true}' if conclusion == "SUCCEEDED" else '{"error":"declined"}'
+    task.state, task.outcome, task.result, task.review_conclusion = conclusion, conclusion, result, conclusion
+    task.execution_settled, task.permit_held = True, False
+    task.revision += 1
+    task.save()
+    result_event_add(state, task, ResultKind.REVIEWED, conclusion, result)
+    state.activation.verified_outcome, state.activation.verified_result = conclusion, result
+    state.activation.save()
+    return quota_sync(state)
+
+
+# ---- POLL ----------------------------------------------------------------------------------
+
+
+def _poll_activation(state: State, *, state_: str, used_rounds: int, classification: str = "") -> Activation:
+    now = clock.now()
+    return activation_add(
+        state,
+        "settle",
+        state_=state_,
+        first_round=1,
+        first_round_attempts_used=0,
+        used_rounds=used_rounds,
+        max_rounds=POLL_STEP["max_rounds"],
+        attempts_per_round=POLL_STEP["attempts_per_round"],
+        interval_seconds=POLL_STEP["interval_seconds"],
+        poll_deadline_at=now + 2 * HOUR,
+        round_deadline_at=now + HOUR,
+        last_round_classification=classification,
+    )
+
+
+def _poll_round(
+    state: State, activation: Activation, number: int, *, task_state: str, attempts: list[str], result=None
+):
+    started = clock.now() - dt.timedelta(minutes=30) + dt.timedelta(minutes=5 * number)
+    task = task_add(
+        state,
+        activation,
+        state_=task_state,
+        attempts=attempts,
+        max_attempts=POLL_STEP["attempts_per_round"],
+        source_round=number,
+        result=result,
+        created_at=started,
+    )
+    task.deadline_at = activation.round_deadline_at
+    task.save(update_fields=["deadline_at"])
+    PollRound.objects.create(
+        activation=activation, instance=state.instance, round=number, task=task, created_at=started
+    )
+    activation.last_task = task
+    activation.save(update_fields=["last_task"])
+    return task, started
+
+
+def _pending_round(state: State, activation: Activation, number: int) -> ResultEvent:
+    task, started = _poll_round(
+        state,
+        activation,
+        number,
+        task_state=TaskState.SUCCEEDED,
+        attempts=[AttemptState.SUCCEEDED],
+        result=PENDING_ANSWER,
+    )
+    return result_event_add(state, task, ResultKind.RESULT, "SUCCEEDED", PENDING_ANSWER, at=started)
+
+
+def poll_round_failed_state(tenancy, **instance) -> State:
+    """Round 1 answered PENDING; round 2's query failed for good after one of its two attempts."""
+    state = instance_make(tenancy, [POLL_STEP], **instance)
+    activation = _poll_activation(state, state_=ActivationState.FAILED, used_rounds=2)
+    _pending_round(state, activation, 1)
+    task, started = _poll_round(
+        state, activation, 2, task_state=TaskState.FAILED, attempts=[AttemptState.FAILED], result='{"error":"503"}'
+    )
+    result_event_add(state, task, ResultKind.RESULT, "FAILED", task.result, at=started)
+    return quota_sync(state)
+
+
+def poll_pending_reviewed_state(tenancy, **instance) -> State:
+    """Round 2's query was UNKNOWN, then reviewed SUCCEEDED with a PENDING answer, consumed: in review."""
+    state = instance_make(tenancy, [POLL_STEP], **instance)
+    activation = _poll_activation(state, state_=ActivationState.NEEDS_REVIEW, used_rounds=2, classification="PENDING")
+    _pending_round(state, activation, 1)
+    task, started = _poll_round(state, activation, 2, task_state=TaskState.SUCCEEDED, attempts=[AttemptState.UNKNOWN])
+    result_event_add(state, task, ResultKind.UNKNOWN, at=started)
+    task.result, task.outcome, task.review_conclusion, task.execution_settled = (
+        PENDING_ANSWER,
+        "SUCCEEDED",
+        "SUCCEEDED",
+        True,
+    )
+    task.save()
+    state.reviewed_event = result_event_add(
+        state, task, ResultKind.REVIEWED, "SUCCEEDED", PENDING_ANSWER, at=started + dt.timedelta(minutes=1)
+    )
+    activation.verified_outcome, activation.verified_result = "SUCCEEDED", PENDING_ANSWER
+    activation.save()
+    return quota_sync(state)
+
+
+def poll_rounds_exhausted_state(tenancy, **instance) -> State:
+    """Every round answered PENDING: rounds exhausted, in review."""
+    state = instance_make(tenancy, [POLL_STEP], **instance)
+    activation = _poll_activation(
+        state, state_=ActivationState.NEEDS_REVIEW, used_rounds=POLL_STEP["max_rounds"], classification="PENDING"
+    )
+    for number in range(1, POLL_STEP["max_rounds"] + 1):
+        _pending_round(state, activation, number)
+    return quota_sync(state)
+
+
+# ---- SIGNAL and TIMER -------------------------------------------------------------------
+
+
+def _wait_add(state: State, key: str, kind: str, *, fire_at=None, deadline_at) -> Activation:
+    activation = activation_add(state, key, state_=ActivationState.NEEDS_REVIEW)
+    spec = state.definition.step_spec(key)
+    wait = Wait.objects.create(
+        instance=state.instance,
+        step=state.steps[key],
+        activation=activation,
+        kind=kind,
+        signal_name=spec.get("name", ""),
+        payload_version=spec.get("payload_version", ""),
+        correlation_key="A-1" if kind == WaitKind.SIGNAL else "",
+        deadline_at=deadline_at,
+        fire_at=fire_at,
+        state=WaitState.NEEDS_REVIEW,
+    )
+    activation.wait = wait
+    activation.save(update_fields=["wait"])
+    state.wait = wait
+    return activation
+
+
+def _signal_add(state: State, *, state_: str, disposition: str, payload: str) -> Signal:
+    now = clock.now()
+    signal = Signal.objects.create(
+        namespace_id=state.instance.namespace_id,
+        workflow=state.instance,
+        name="approved",
+        payload_version="1",
+        payload=payload,
+        correlation_key="A-1",
+        target_step_key="approval",
+        target_activation_sequence=1,
+        state=state_,
+        disposition=disposition if state_ != SignalState.PENDING else "",
+        accepted_at=now - dt.timedelta(minutes=10 - len(state.signals)),
+        expires_at=now + 3 * HOUR,
+        actor_id="b" * 32,
+    )
+    InboxRecord.objects.create(
+        instance=state.instance,
+        source_kind=InboxSource.SIGNAL,
+        source_id=signal.id,
+        signal=signal,
+        state=InboxState.CONSUMED,
+        disposition=disposition,
+        consumed_at=now,
+    )
+    state.signals.append(signal)
+    return signal
+
+
+def signal_contract_violation_state(tenancy, **instance) -> State:
+    """A matching signal broke the step's contract; a later one is still PENDING (buffered)."""
+    state = instance_make(tenancy, [SIGNAL_STEP], **instance)
+    _wait_add(state, "approval", WaitKind.SIGNAL, deadline_at=clock.now() + 2 * HOUR)
+    _signal_add(state, state_=SignalState.REJECTED, disposition=Disposition.CONTRACT_VIOLATION, payload='{"who":1}')
+    _signal_add(state, state_=SignalState.PENDING, disposition=Disposition.BUFFERED, payload='{"by":"carol"}')
+    return state
+
+
+def timer_late_state(tenancy, *, fired_ago=dt.timedelta(minutes=10), **instance) -> State:
+    """The runner saw the due timer past its max lateness: wait, activation and step in review."""
+    state = instance_make(tenancy, [TIMER_STEP], **instance)
+    now = clock.now()
+    _wait_add(state, "cooldown", WaitKind.TIMER, fire_at=now - fired_ago, deadline_at=now - fired_ago + HOUR)
+    return state
+
+
+# ---- invariants ---------------------------------------------------------------------------
+
+
+def assert_invariants(state: State) -> None:
+    """What the engine guarantees of every instance, checked on the stored rows."""
+    instance = WorkflowInstance.objects.get(pk=state.instance.pk)
+    gate = Gate.objects.get(pk=instance.pk)
+    assert gate.open == (instance.state == InstanceState.RUNNING and not instance.paused)
+    steps = list(Step.objects.filter(instance=instance))
+    assert any(s.key == ROOT_STEP_KEY for s in steps)
+    for step in steps:
+        activations = list(Activation.objects.filter(step=step).order_by("sequence"))
+        assert [a.sequence for a in activations] == list(range(1, len(activations) + 1))
+        if activations:
+            assert step.current_activation_id == activations[-1].id
+        assert instance.revision >= step.revision
+    for task in Task.objects.filter(source_instance=instance):
+        source = Activation.objects.get(pk=task.source_activation_id)
+        assert source.instance_id == instance.id
+        if task.source_round is None:
+            assert source.task_id == task.id
+        else:
+            assert PollRound.objects.filter(activation=source, task=task, round=task.source_round).exists()
+        assert Attempt.objects.filter(task=task).count() == task.attempt_count
+        assert task.permit_held == (task.state not in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED))
+    for row, name in ((state.application, "application"), (state.queue, "queue")):
+        row.refresh_from_db()
+        assert row.active_tasks == Task.objects.filter(**{name: row}, permit_held=True).count()
+    assert not InboxRecord.objects.filter(instance=instance, state=InboxState.QUARANTINED).exists()
+
+
+def exact(value) -> str:
+    return exactjson.dumps(value)
