@@ -8,8 +8,9 @@ from history.models import Gate, InstanceState, StepState, WorkflowInstance
 
 
 def touch(row: models.Model, now: dt.datetime) -> None:
-    """Bump a row's revision (every change does) and its updated_at, then save it."""
-    row.revision += 1
+    """Bump a row's revision (every change does; waits carry none) and its updated_at, then save it."""
+    if hasattr(row, "revision"):
+        row.revision += 1
     if hasattr(row, "updated_at"):
         row.updated_at = now
     row.save()

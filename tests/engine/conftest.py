@@ -1,5 +1,6 @@
 """Engine test helpers: a namespace with quota rows, a definition factory, a worker step."""
 
+import datetime as dt
 import itertools
 
 import pytest
@@ -9,7 +10,7 @@ from engine.handlers import claim_execute
 from engine.instances import instance_start
 from engine.runner import runner_settle
 from engine.worker import task_claim
-from history import exactjson
+from history import clock, exactjson
 from history.identity import Identity
 from history.models import Application, Queue, Scope, WorkflowInstance
 from history.tenancy import namespace_ensure
@@ -81,3 +82,11 @@ def quota_rows(engine):
         )
 
     return rows
+
+
+@pytest.fixture(autouse=True)
+def _clock_reset():
+    """Tests move the one clock; every test starts and ends at the real time."""
+    clock.set_offset(dt.timedelta(0))
+    yield
+    clock.set_offset(dt.timedelta(0))
