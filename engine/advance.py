@@ -1,0 +1,124 @@
+"""Advancing the graph: activating ready steps, finishing the instance, applying continuations."""
+
+from engine.activation import step_activate
+from engine.quota import Quota, quota_lock
+from engine.state import gate_sync, touch
+from history import clock, exactjson
+from history.ids import ROOT_STEP_KEY
+from history.locking import Level, LockSet, atomic_with_retry
+from history.models import (
+    Continuation,
+    ContinuationState,
+    Gate,
+    InstanceState,
+    Step,
+    StepState,
+    WorkflowDefinition,
+    WorkflowInstance,
+)
+
+
+def instance_output(*, definition: WorkflowDefinition, steps: dict[str, Step]) -> str:
+    """The output of a succeeded instance: ``{step key: step output}`` in definition order (exact JSON)."""
+    return exactjson.dumps(
+        {
+            spec["key"]: exactjson.Raw(steps[spec["key"]].output)
+            for spec in definition.spec["steps"]
+            if steps[spec["key"]].output is not None
+        }
+    )
+
+
+def instance_advance(
+    *,
+    locks: LockSet,
+    quota: Quota,
+    instance: WorkflowInstance,
+    gate: Gate,
+    definition: WorkflowDefinition,
+    steps: dict[str, Step],
+) -> bool:
+    """Activate every PENDING step whose ``after`` steps all SUCCEEDED; finish the instance when all did.
+
+    Only a RUNNING instance advances (none while NEEDS_REVIEW or stopping). Returns False when
+    a ready step could not start because its quota is full (it stays PENDING: the caller keeps
+    its continuation pending and retries). Steps must be locked; the caller bumps the instance.
+    """
+    if instance.state != InstanceState.RUNNING:
+        return True
+    complete = True
+    for spec in definition.spec["steps"]:
+        step = steps[spec["key"]]
+        ready = step.state == StepState.PENDING and all(steps[k].state == StepState.SUCCEEDED for k in spec["after"])
+        if ready and not step_activate(locks=locks, quota=quota, instance=instance, step=step, spec=spec):
+            complete = False
+    if all(steps[spec["key"]].state == StepState.SUCCEEDED for spec in definition.spec["steps"]):
+        now = clock.now()
+        instance.state = InstanceState.SUCCEEDED
+        instance.output = instance_output(definition=definition, steps=steps)
+        instance.completed_at = now
+        gate_sync(gate=gate, instance=instance)
+        root = steps[ROOT_STEP_KEY]
+        root.state = StepState.SUCCEEDED
+        touch(root, now)
+    return complete
+
+
+def continuation_create(*, instance: WorkflowInstance, step_key: str = ROOT_STEP_KEY, kind: str = "ROOT") -> None:
+    """Ask the runner to advance the instance (``$root``: a root continuation; else after that step)."""
+    Continuation.objects.create(instance=instance, step_key=step_key, kind=kind, created_at=clock.now())
+
+
+def instance_lock_graph(
+    *, locks: LockSet, instance_id: str, skip_locked: bool = False
+) -> tuple[WorkflowInstance, Gate, WorkflowDefinition, Quota, dict[str, Step]] | None:
+    """Lock quota → instance → gate → every step of an instance, in order; None if busy or missing.
+
+    The definition is read first (unlocked: it is immutable) to know the quota rows.
+    """
+    definition_id = WorkflowInstance.objects.filter(pk=instance_id).values_list("definition_id", flat=True).first()
+    definition = WorkflowDefinition.objects.filter(pk=definition_id).first() if definition_id else None
+    if definition is None:
+        return None
+    quota = quota_lock(locks=locks, definition=definition)
+    instance = locks.lock_one(Level.INSTANCE, instance_id, skip_locked=skip_locked)
+    if instance is None:
+        return None
+    gate = locks.lock_one(Level.GATE, instance_id)
+    step_ids = Step.objects.filter(instance_id=instance_id).values_list("id", flat=True)
+    steps = {step.key: step for step in locks.lock(Level.STEP, step_ids).values()}
+    return instance, gate, definition, quota, steps
+
+
+def continuations_apply(*, instance_id: str) -> int:
+    """Apply an instance's PENDING continuations in one transaction: advance, then mark them APPLIED.
+
+    A continuation blocked by a full quota stays PENDING so the next pass retries it. Returns how
+    many were applied (0 when another runner holds the instance).
+    """
+
+    def apply() -> int:
+        locks = LockSet()
+        graph = instance_lock_graph(locks=locks, instance_id=instance_id, skip_locked=True)
+        if graph is None:
+            return 0
+        instance, gate, definition, quota, steps = graph
+        # Re-read under the instance lock: another runner may have applied them meanwhile.
+        pending = list(Continuation.objects.filter(instance_id=instance_id, state=ContinuationState.PENDING))
+        if not pending:
+            return 0
+        before = (instance.state, {key: step.revision for key, step in steps.items()})
+        if not instance_advance(
+            locks=locks, quota=quota, instance=instance, gate=gate, definition=definition, steps=steps
+        ):
+            if before != (instance.state, {key: step.revision for key, step in steps.items()}):
+                touch(instance, clock.now())
+            return 0
+        now = clock.now()
+        Continuation.objects.filter(id__in=[c.id for c in pending]).update(
+            state=ContinuationState.APPLIED, applied_at=now
+        )
+        touch(instance, now)
+        return len(pending)
+
+    return atomic_with_retry(apply)

@@ -1,0 +1,354 @@
+"""Inbox consumption: every result event and accepted signal, applied in order per instance (SPEC §4).
+
+One transaction per record. The record's sources are validated first (ownership both ways,
+namespace, fixed queue); a broken relation is corruption: the record is QUARANTINED and the
+instance enters review. A record for a non-current activation is only LATE_RECORDED.
+"""
+
+import datetime as dt
+from dataclasses import dataclass
+
+from engine.activation import wait_create
+from engine.advance import continuation_create
+from engine.definitions import contract_violation, poll_classify
+from engine.signals import signal_spec_of, wait_satisfy, wait_winner
+from engine.state import FINISHED, instance_enter_review, touch
+from history import clock
+from history.locking import Level, LockSet, atomic_with_retry
+from history.models import (
+    Activation,
+    ActivationState,
+    Disposition,
+    Gate,
+    InboxRecord,
+    InboxSource,
+    InboxState,
+    InstanceState,
+    PollRound,
+    Queue,
+    ResultEvent,
+    ResultKind,
+    Signal,
+    SignalState,
+    Step,
+    StepKind,
+    StepState,
+    Task,
+    WaitKind,
+    WaitState,
+    WorkflowDefinition,
+    WorkflowInstance,
+)
+
+
+class Corruption(Exception):
+    """A record whose sources disagree about who owns what."""
+
+
+@dataclass
+class _Graph:
+    instance: WorkflowInstance
+    gate: Gate
+    definition: WorkflowDefinition
+
+
+def _review(graph: _Graph, *rows_and_states, reason: str) -> None:
+    for row, state in rows_and_states:
+        row.state = state
+    instance_enter_review(instance=graph.instance, gate=graph.gate, reason=reason)
+
+
+def _result_sources(record: InboxRecord, instance: WorkflowInstance, definition: WorkflowDefinition):
+    """The event, task, activation, step and step spec of a result record, verified both ways."""
+    event = ResultEvent.objects.filter(pk=record.source_id).first()
+    if event is None or event.task_id != record.task_id:
+        raise Corruption(f"result event {record.source_id} is missing or belongs to another task")
+    task = Task.objects.filter(pk=event.task_id).first()
+    if task is None or task.source_instance_id != instance.id or task.namespace_id != instance.namespace_id:
+        raise Corruption(f"task {event.task_id} does not belong to instance {instance.id}")
+    if record.activation_id != task.source_activation_id:
+        raise Corruption(f"record {record.id} names activation {record.activation_id}, its task another")
+    activation = Activation.objects.filter(pk=task.source_activation_id).first()
+    if activation is None or activation.instance_id != instance.id:
+        raise Corruption(f"activation {task.source_activation_id} of task {task.id} is not under this instance")
+    step = Step.objects.filter(pk=activation.step_id).first()
+    spec = definition.step_spec(step.key) if step and step.instance_id == instance.id else None
+    if spec is None or spec["kind"] not in (StepKind.TASK, StepKind.POLL) or step.kind != spec["kind"]:
+        raise Corruption(f"activation {activation.id} is not under a TASK/POLL step of this instance")
+    queue = Queue.objects.filter(pk=task.queue_id).first()
+    if queue is None or queue.namespace_id != instance.namespace_id or queue.name != spec["queue"]:
+        raise Corruption(f"task {task.id} is not on the fixed queue {spec['queue']} of step {step.key}")
+    if spec["kind"] == StepKind.TASK:
+        owned = activation.task_id == task.id
+    else:
+        owned = PollRound.objects.filter(activation=activation, task=task, round=task.source_round).exists()
+    if not owned:
+        raise Corruption(f"activation {activation.id} does not own task {task.id}")
+    return event, task, activation, step, spec
+
+
+def _signal_sources(record: InboxRecord, instance: WorkflowInstance, definition: WorkflowDefinition):
+    signal = Signal.objects.filter(pk=record.source_id).first()
+    if (
+        signal is None
+        or record.signal_id != signal.id
+        or signal.workflow_id != instance.id
+        or signal.namespace_id != instance.namespace_id
+    ):
+        raise Corruption(f"signal {record.source_id} does not belong to instance {instance.id}")
+    spec = definition.step_spec(signal.target_step_key)
+    step = Step.objects.filter(instance_id=instance.id, key=signal.target_step_key).first()
+    if signal_spec_of(spec) is None or step is None:
+        raise Corruption(f"signal {signal.id} targets {signal.target_step_key}, not a signal step of the definition")
+    return signal, step, spec
+
+
+def inbox_consume_next(*, instance_id: str) -> InboxRecord | None:
+    """Consume the oldest PENDING record of one instance in one transaction; None when none or busy."""
+    return atomic_with_retry(lambda: _consume(instance_id))
+
+
+def _consume(instance_id: str) -> InboxRecord | None:
+    locks = LockSet()
+    instance = locks.lock_one(Level.INSTANCE, instance_id, skip_locked=True)
+    if instance is None:
+        return None
+    record = (
+        InboxRecord.objects.filter(instance_id=instance_id, state=InboxState.PENDING)
+        .order_by("created_at", "id")
+        .first()
+    )
+    if record is None:
+        return None
+    gate = locks.lock_one(Level.GATE, instance_id)
+    definition = WorkflowDefinition.objects.filter(pk=instance.definition_id).first()
+    graph = _Graph(instance=instance, gate=gate, definition=definition)
+    now = clock.now()
+    try:
+        if gate is None or definition is None:
+            raise Corruption(f"instance {instance_id} has no gate or definition")
+        if record.source_kind == InboxSource.RESULT_EVENT:
+            sources = _result_sources(record, instance, definition)
+            disposition = _apply_result(locks, graph, record, *sources)
+        elif record.source_kind == InboxSource.SIGNAL:
+            disposition = _apply_signal(locks, graph, record, *_signal_sources(record, instance, definition))
+        else:
+            raise Corruption(f"record {record.id} has an unknown source kind")
+    except Corruption as exc:
+        locks.lock_one(Level.INBOX, record.id)
+        record.state = InboxState.QUARANTINED
+        record.quarantine_reason = str(exc)[:1024]
+        record.consumed_at = now
+        record.save()
+        if gate is not None:
+            instance_enter_review(instance=instance, gate=gate, reason=f"corrupt inbox record {record.id}: {exc}")
+        elif instance.state in (InstanceState.RUNNING, InstanceState.CANCELLING):
+            instance.state = InstanceState.NEEDS_REVIEW
+        touch(instance, now)
+        return record
+    record.state = InboxState.CONSUMED
+    record.disposition = disposition
+    record.consumed_at = now
+    record.save()
+    touch(instance, now)
+    return record
+
+
+def _lock_step_rows(locks: LockSet, step: Step, activation: Activation, task: Task | None = None):
+    step = locks.lock_one(Level.STEP, step.id)
+    activation = locks.lock_one(Level.ACTIVATION, activation.id)
+    wait = locks.lock_one(Level.WAIT, activation.wait_id) if activation.wait_id else None
+    task = locks.lock_one(Level.TASK, task.id) if task is not None else None
+    return step, activation, wait, task
+
+
+def _apply_result(
+    locks: LockSet,
+    graph: _Graph,
+    record: InboxRecord,
+    event: ResultEvent,
+    task: Task,
+    activation: Activation,
+    step: Step,
+    spec: dict,
+) -> Disposition:
+    step, activation, _, task = _lock_step_rows(locks, step, activation, task)
+    locks.lock_one(Level.INBOX, record.id)
+    current = step.current_activation_id == activation.id and graph.instance.state not in FINISHED
+    if event.kind == ResultKind.REVIEWED:
+        if not current:
+            return Disposition.LATE_RECORDED
+        _apply_reviewed(activation, task, event, spec)
+        return Disposition.APPLIED
+    in_flight = activation.state == ActivationState.ACTIVE and (
+        spec["kind"] == StepKind.TASK or activation.last_task_id == task.id
+    )
+    if not current or not in_flight:
+        return Disposition.LATE_RECORDED
+    now = clock.now()
+    disposition = Disposition.APPLIED
+    if event.kind == ResultKind.UNKNOWN:
+        _review(
+            graph,
+            (activation, ActivationState.NEEDS_REVIEW),
+            (step, StepState.NEEDS_REVIEW),
+            reason=f"the outcome of task {task.id} of step {step.key} is unknown (lease expired)",
+        )
+    elif event.outcome != "SUCCEEDED":
+        activation.output = event.result
+        activation.completed_at = now
+        _review(
+            graph,
+            (activation, ActivationState.FAILED),
+            (step, StepState.FAILED),
+            reason=f"task {task.id} of step {step.key} failed",
+        )
+    elif spec["kind"] == StepKind.TASK:
+        disposition = _succeed(graph, step, activation, spec, event.result, now)
+    else:
+        disposition = _apply_poll_answer(graph, step, activation, spec, event, now)
+    touch(step, now)
+    touch(activation, now)
+    return disposition
+
+
+def _succeed(graph: _Graph, step: Step, activation: Activation, spec: dict, output: str, now: dt.datetime):
+    """Activation and step SUCCEEDED with the output, unless it breaks the step's result contract."""
+    violation = contract_violation(step_spec=spec, value_text=output)
+    if violation is not None:
+        activation.output = output
+        _review(
+            graph,
+            (activation, ActivationState.NEEDS_REVIEW),
+            (step, StepState.NEEDS_REVIEW),
+            reason=f"the result of step {step.key} breaks its contract: {violation}",
+        )
+        return Disposition.CONTRACT_VIOLATION
+    activation.state = ActivationState.SUCCEEDED
+    activation.output = output
+    activation.completed_at = now
+    step.state = StepState.SUCCEEDED
+    step.output = output
+    continuation_create(instance=graph.instance, step_key=step.key, kind="STEP")
+    return Disposition.APPLIED
+
+
+def _apply_poll_answer(
+    graph: _Graph, step: Step, activation: Activation, spec: dict, event: ResultEvent, now: dt.datetime
+) -> Disposition:
+    """Classify a query task's successful answer by the fixed mapping (a query's success is not the business result)."""
+    classification = poll_classify(step_spec=spec, result_text=event.result)
+    if classification is None:
+        _review(
+            graph,
+            (activation, ActivationState.NEEDS_REVIEW),
+            (step, StepState.NEEDS_REVIEW),
+            reason=f"the answer of poll step {step.key} matches no classification",
+        )
+        return Disposition.APPLIED
+    activation.used_rounds += 1
+    activation.last_round_classification = classification
+    if classification == "SUCCEEDED":
+        final = spec.get("final_signal")
+        if final is None:
+            return _succeed(graph, step, activation, spec, event.result, now)
+        activation.output = event.result
+        activation.state = ActivationState.WAITING
+        step.state = StepState.WAITING
+        wait_create(
+            instance=graph.instance,
+            step=step,
+            activation=activation,
+            kind=WaitKind.POLL_FINAL_SIGNAL,
+            signal_spec=final,
+            deadline_at=now + dt.timedelta(seconds=final["deadline_seconds"]),
+        )
+    elif classification == "FAILED":
+        activation.output = event.result
+        activation.completed_at = now
+        _review(
+            graph,
+            (activation, ActivationState.FAILED),
+            (step, StepState.FAILED),
+            reason=f"poll step {step.key} classified its answer FAILED",
+        )
+    else:
+        next_round_at = event.created_at + dt.timedelta(seconds=activation.interval_seconds)
+        if activation.used_rounds >= activation.max_rounds or next_round_at >= activation.poll_deadline_at:
+            why = "rounds exhausted" if activation.used_rounds >= activation.max_rounds else "poll deadline reached"
+            _review(
+                graph,
+                (activation, ActivationState.NEEDS_REVIEW),
+                (step, StepState.NEEDS_REVIEW),
+                reason=f"poll step {step.key}: still PENDING, {why}",
+            )
+        else:
+            activation.state = ActivationState.WAITING
+            activation.next_round_at = next_round_at
+            step.state = StepState.WAITING
+    return Disposition.APPLIED
+
+
+def _apply_reviewed(activation: Activation, task: Task, event: ResultEvent, spec: dict) -> None:
+    """A REVIEWED event records the verified outcome; it never resolves the step or lifts the review.
+
+    POLL: a verified SUCCEEDED answer of the activation's last round is classified by the fixed
+    mapping (last_round_classification, used_rounds): a verified PENDING stays PENDING.
+    """
+    now = clock.now()
+    activation.verified_outcome = event.outcome
+    activation.verified_result = event.result
+    if (
+        spec["kind"] == StepKind.POLL
+        and event.outcome == "SUCCEEDED"
+        and activation.last_task_id == task.id
+        and not activation.last_round_classification
+    ):
+        classification = poll_classify(step_spec=spec, result_text=event.result)
+        if classification is not None:
+            activation.last_round_classification = classification
+            activation.used_rounds += 1
+    touch(activation, now)
+
+
+def _apply_signal(
+    locks: LockSet, graph: _Graph, record: InboxRecord, signal: Signal, step: Step, spec: dict
+) -> Disposition:
+    step = locks.lock_one(Level.STEP, step.id)
+    activation = locks.lock_one(Level.ACTIVATION, step.current_activation_id) if step.current_activation_id else None
+    wait = locks.lock_one(Level.WAIT, activation.wait_id) if activation and activation.wait_id else None
+    locks.lock_one(Level.INBOX, record.id)
+    if signal.state != SignalState.PENDING:
+        return Disposition.EXPIRED if signal.state == SignalState.EXPIRED else Disposition.DUPLICATE
+    signal_spec = signal_spec_of(spec)
+    now = clock.now()
+    if signal.name != signal_spec["name"] or signal.payload_version != signal_spec["payload_version"]:
+        signal.state = SignalState.REJECTED
+        signal.disposition = Disposition.REJECTED
+        touch(signal, now)
+        return Disposition.REJECTED
+    if wait is None or wait.state != WaitState.WAITING or wait.kind == WaitKind.TIMER:
+        return Disposition.BUFFERED
+    winner = wait_winner(wait=wait, activation=activation, step=step, consuming=signal)
+    if winner is None:
+        return Disposition.BUFFERED
+    disposition = wait_satisfy(
+        instance=graph.instance,
+        gate=graph.gate,
+        step=step,
+        activation=activation,
+        wait=wait,
+        signal=winner,
+        step_spec=spec,
+    )
+    return disposition if winner.id == signal.id else Disposition.BUFFERED
+
+
+def instances_with_pending_records(*, limit: int = 100) -> list[str]:
+    """Instances that have PENDING inbox records, oldest record first."""
+    rows = (
+        InboxRecord.objects.filter(state=InboxState.PENDING)
+        .order_by("created_at", "id")
+        .values_list("instance_id", flat=True)[: limit * 4]
+    )
+    return list(dict.fromkeys(rows))[:limit]

@@ -1,0 +1,263 @@
+"""Starting instances and controlling them: pause, resume, cancel (SPEC §4)."""
+
+import datetime as dt
+from typing import Any
+
+from engine.activation import correlation_key_of
+from engine.advance import continuation_create
+from engine.commands import (
+    Receipt,
+    command_object,
+    idempotency_key_argument,
+    instance_visible,
+    reason_field,
+    receipt_run,
+    revision_field,
+    text_field,
+)
+from engine.definitions import MAX_SECONDS
+from engine.state import FINISHED, gate_sync, touch
+from history import clock, exactjson
+from history.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
+from history.identity import Identity
+from history.ids import ROOT_STEP_KEY
+from history.locking import Level, LockSet, atomic_with_retry
+from history.models import (
+    Gate,
+    InstanceState,
+    Step,
+    StepKind,
+    StepState,
+    StopKind,
+    WorkflowDefinition,
+    WorkflowInstance,
+    WorkflowOperation,
+)
+from history.tenancy import is_name
+
+START_FIELDS = ("definition", "version", "input", "business_key", "deadline_seconds")
+CONTROL_FIELDS = ("expected_control_revision", "reason")
+
+
+def _when(value: dt.datetime | None) -> str | None:
+    if value is None:
+        return None
+    text = value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{text}.{value.microsecond:06d}Z" if value.microsecond else f"{text}Z"
+
+
+def instance_summary(instance: WorkflowInstance, definition: WorkflowDefinition) -> dict:
+    """The answer of start and control commands (revisions as decimal strings, absent never null)."""
+    data: dict[str, Any] = {
+        "id": instance.id,
+        "workflow_id": instance.id,
+        "definition": {"name": definition.name, "version": definition.version},
+        "state": instance.state,
+        "paused": instance.paused,
+        "revision": str(instance.revision),
+        "control_revision": str(instance.control_revision),
+        "business_key": instance.business_key,
+        "created_at": _when(instance.created_at),
+    }
+    if instance.stop_kind:
+        data["stop_kind"] = instance.stop_kind
+    if instance.deadline_at:
+        data["deadline_at"] = _when(instance.deadline_at)
+    return data
+
+
+def _definition_of(*, identity: Identity, command: dict) -> WorkflowDefinition:
+    name = command.get("definition")
+    if not isinstance(name, str) or not is_name(name):
+        raise InvalidArgument("definition: must be a definition name", field="definition")
+    query = WorkflowDefinition.objects.filter(namespace_id=identity.namespace_id, name=name)
+    if "version" in command:
+        version = command["version"]
+        version = exactjson.to_python(version)
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise InvalidArgument("version: must be a positive integer", field="version")
+        query = query.filter(version=version)
+    definition = query.order_by("-version").first()
+    if definition is None or not identity.can_access_queues(definition.queues):
+        raise NotFound(f"definition {name} not found", field="definition")
+    return definition
+
+
+def instance_start(*, identity: Identity, command: Any, idempotency_key: Any, request_id: str = "") -> Receipt:
+    """Start an instance: RUNNING, gate open, one Step per node plus ``$root``, a root continuation.
+
+    Command: ``{definition, version?, input, business_key?, deadline_seconds?}``. ``input`` is kept
+    byte-exact; ``deadline_seconds`` defaults to the definition's. Idempotent per Idempotency-Key;
+    audited as ``workflow.start``. The runner's continuation pass activates the first steps.
+    """
+    key = idempotency_key_argument(idempotency_key)
+    command = command_object(command, allowed=START_FIELDS)
+    definition = _definition_of(identity=identity, command=command)
+    if "input" not in command:
+        raise InvalidArgument("input: is required (any JSON)", field="input")
+    input_text = exactjson.dumps(command["input"])
+    business_key = text_field(command, "business_key", max_length=256, required=False, blank=True)
+    deadline_seconds = exactjson.to_python(command.get("deadline_seconds", definition.spec["deadline_seconds"]))
+    if deadline_seconds is not None and (
+        isinstance(deadline_seconds, bool)
+        or not isinstance(deadline_seconds, int)
+        or not 1 <= deadline_seconds <= MAX_SECONDS
+    ):
+        raise InvalidArgument(f"deadline_seconds: an integer from 1 to {MAX_SECONDS}", field="deadline_seconds")
+    now = clock.now()
+    instance = WorkflowInstance(
+        namespace_id=identity.namespace_id,
+        definition=definition,
+        business_key=business_key,
+        input=input_text,
+        deadline_at=now + dt.timedelta(seconds=deadline_seconds) if deadline_seconds else None,
+        created_at=now,
+        updated_at=now,
+    )
+    for spec in definition.spec["steps"]:
+        signal_spec = spec if spec["kind"] == StepKind.SIGNAL else spec.get("final_signal")
+        if signal_spec:
+            correlation_key_of(instance=instance, source=signal_spec["correlation"])
+
+    def work(locks: LockSet) -> dict:
+        instance.save()
+        Gate.objects.create(instance=instance, open=True)
+        Step.objects.bulk_create(
+            [
+                Step(
+                    instance=instance,
+                    key=ROOT_STEP_KEY,
+                    kind=StepKind.ROOT,
+                    state=StepState.ACTIVE,
+                    created_at=now,
+                    updated_at=now,
+                )
+            ]
+            + [
+                Step(instance=instance, key=spec["key"], kind=spec["kind"], created_at=now, updated_at=now)
+                for spec in definition.spec["steps"]
+            ]
+        )
+        continuation_create(instance=instance)
+        summary = instance_summary(instance, definition)
+        WorkflowOperation.objects.create(
+            namespace_id=identity.namespace_id,
+            workflow=instance,
+            actor_id=identity.actor_id,
+            action="workflow.start",
+            reason="",
+            request_id=request_id,
+            before=None,
+            after=summary,
+            created_at=now,
+        )
+        return summary
+
+    return receipt_run(
+        identity=identity,
+        key=key,
+        operation="workflow.start",
+        target=definition.id,
+        command=command,
+        work=work,
+        status=201,
+    )
+
+
+def _control(*, identity: Identity, instance_id: str, command: Any, action: str, change, request_id: str) -> dict:
+    command = command_object(command, allowed=CONTROL_FIELDS)
+    expected = revision_field(command, "expected_control_revision")
+    reason = reason_field(command, required=False)
+    instance, definition = instance_visible(identity=identity, instance_id=instance_id)
+
+    def work() -> dict:
+        locks = LockSet()
+        locked = locks.lock_one(Level.INSTANCE, instance.id)
+        gate = locks.lock_one(Level.GATE, instance.id)
+        if locked.control_revision != expected:
+            raise Aborted(
+                f"control_revision is {locked.control_revision}, not {expected}", field="expected_control_revision"
+            )
+        if locked.state in FINISHED:
+            raise FailedPrecondition(f"the instance is already {locked.state}")
+        before = instance_summary(locked, definition)
+        change(locked)
+        gate_sync(gate=gate, instance=locked)
+        now = clock.now()
+        locked.control_revision += 1
+        touch(locked, now)
+        after = instance_summary(locked, definition)
+        WorkflowOperation.objects.create(
+            namespace_id=identity.namespace_id,
+            workflow=locked,
+            actor_id=identity.actor_id,
+            action=action,
+            reason=reason,
+            request_id=request_id,
+            before=before,
+            after=after,
+            created_at=now,
+        )
+        return after
+
+    return atomic_with_retry(work)
+
+
+def instance_pause(*, identity: Identity, instance_id: str, command: Any, request_id: str = "") -> dict:
+    """Set paused (gate closed) on an unfinished, unpaused instance; bumps revision and control_revision."""
+
+    def change(instance: WorkflowInstance) -> None:
+        if instance.paused:
+            raise FailedPrecondition("the instance is already paused")
+        instance.paused = True
+
+    return _control(
+        identity=identity,
+        instance_id=instance_id,
+        command=command,
+        action="workflow.pause",
+        change=change,
+        request_id=request_id,
+    )
+
+
+def instance_resume(*, identity: Identity, instance_id: str, command: Any, request_id: str = "") -> dict:
+    """Clear paused; the gate opens only if the instance is RUNNING. Bumps revision and control_revision."""
+
+    def change(instance: WorkflowInstance) -> None:
+        if not instance.paused:
+            raise FailedPrecondition("the instance is not paused")
+        instance.paused = False
+
+    return _control(
+        identity=identity,
+        instance_id=instance_id,
+        command=command,
+        action="workflow.resume",
+        change=change,
+        request_id=request_id,
+    )
+
+
+def instance_cancel(*, identity: Identity, instance_id: str, command: Any, request_id: str = "") -> dict:
+    """Record stop_kind CANCEL: RUNNING → CANCELLING (gate closed); NEEDS_REVIEW stays in review.
+
+    An instance that already carries a stop intent is refused (FAILED_PRECONDITION).
+    """
+
+    def change(instance: WorkflowInstance) -> None:
+        if instance.stop_kind:
+            raise FailedPrecondition(f"the instance already carries the stop intent {instance.stop_kind}")
+        instance.stop_kind = StopKind.CANCEL
+        instance.stop_reason = (command.get("reason") if isinstance(command, dict) else "") or "cancelled"
+        if instance.state == InstanceState.RUNNING:
+            instance.state = InstanceState.CANCELLING
+
+    return _control(
+        identity=identity,
+        instance_id=instance_id,
+        command=command,
+        action="workflow.cancel",
+        change=change,
+        request_id=request_id,
+    )

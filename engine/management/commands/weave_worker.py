@@ -1,0 +1,75 @@
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+
+from engine.handlers import HANDLERS, claim_execute
+from engine.worker import task_claim
+from history.identity import Identity
+from history.models import Namespace, Queue, Scope
+from history.tenancy import actor_id_for
+
+
+class Command(BaseCommand):
+    help = "Lease tasks of one queue and run them with the registered handlers (" + ", ".join(sorted(HANDLERS)) + ")."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--namespace", required=True)
+        parser.add_argument("--queue", required=True)
+        parser.add_argument("--concurrency", type=int, default=1)
+        parser.add_argument("--lease", type=int, default=30, help="lease seconds per attempt (default 30)")
+        parser.add_argument("--interval", type=float, default=0.5, help="seconds between empty claims")
+        parser.add_argument("--once", action="store_true", help="claim and run at most --concurrency tasks, then exit")
+        parser.add_argument("--name", default="", help="worker name recorded on attempts")
+
+    def handle(self, *args, **options):
+        namespace = Namespace.objects.filter(name=options["namespace"]).first()
+        if namespace is None:
+            raise CommandError(f"--namespace: no namespace named {options['namespace']!r}")
+        if not Queue.objects.filter(namespace=namespace, name=options["queue"]).exists():
+            raise CommandError(f"--queue: no queue named {options['queue']!r} in {namespace.name}")
+        if not 1 <= options["concurrency"] <= 64:
+            raise CommandError("--concurrency: 1 to 64")
+        identity = Identity(
+            namespace_id=namespace.id,
+            actor_id=actor_id_for(namespace.name, "weave_worker"),
+            scopes=frozenset({Scope.TASKS_WORK}),
+            queues=frozenset({options["queue"]}),
+        )
+        name = options["name"] or f"weave_worker/{options['queue']}/{threading.get_native_id()}"
+        stopping = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+        command = {"worker": name[:128], "lease_seconds": options["lease"]}
+
+        def run_one() -> bool:
+            try:
+                claim = task_claim(identity=identity, queue_name=options["queue"], command=command)
+                if claim is None:
+                    return False
+                self.stdout.write(f"task {claim.task.id} attempt {claim.attempt.number}: {claim.task.handler}")
+                claim_execute(identity=identity, claim=claim, lease_seconds=options["lease"])
+                return True
+            finally:
+                connection.close()
+
+        if options["once"]:
+            with ThreadPoolExecutor(options["concurrency"]) as pool:
+                list(pool.map(lambda _: run_one(), range(options["concurrency"])))
+            return
+
+        def loop() -> None:
+            while not stopping.is_set():
+                if not run_one():
+                    stopping.wait(options["interval"])
+
+        threads = [threading.Thread(target=loop, daemon=True) for _ in range(options["concurrency"])]
+        for thread in threads:
+            thread.start()
+        try:
+            while any(t.is_alive() for t in threads):
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            stopping.set()

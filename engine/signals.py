@@ -1,0 +1,278 @@
+"""Signals: acceptance (with its audit and inbox record) and matching to waits (SPEC §4 SIGNAL)."""
+
+import datetime as dt
+from typing import Any
+
+from django.db.models import Exists, OuterRef
+
+from engine.advance import continuation_create
+from engine.commands import (
+    Receipt,
+    command_object,
+    evidence_ref_field,
+    idempotency_key_argument,
+    instance_visible,
+    reason_field,
+    receipt_run,
+    text_field,
+)
+from engine.definitions import contract_violation
+from engine.instances import _when
+from engine.state import FINISHED, instance_enter_review, touch
+from history import clock, exactjson
+from history.errors import FailedPrecondition, InvalidArgument
+from history.identity import Identity
+from history.ids import ROOT_STEP_KEY, is_step_key
+from history.locking import Level, LockSet
+from history.models import (
+    Activation,
+    ActivationState,
+    Disposition,
+    InboxRecord,
+    InboxSource,
+    InboxState,
+    Signal,
+    SignalOperation,
+    SignalState,
+    Step,
+    StepKind,
+    StepState,
+    Wait,
+    WaitState,
+    WorkflowDefinition,
+    WorkflowInstance,
+)
+
+SIGNAL_FIELDS = (
+    "name",
+    "payload_version",
+    "payload",
+    "correlation_key",
+    "target_step_key",
+    "target_activation_sequence",
+    "reason",
+    "evidence_ref",
+)
+
+
+def signal_spec_of(step_spec: dict | None) -> dict | None:
+    """The signal contract of a SIGNAL step or of a POLL step's final signal; None for other steps."""
+    if step_spec is None:
+        return None
+    if step_spec["kind"] == StepKind.SIGNAL:
+        return step_spec
+    if step_spec["kind"] == StepKind.POLL:
+        return step_spec.get("final_signal")
+    return None
+
+
+def _target_step(definition: WorkflowDefinition, command: dict, name: str) -> tuple[str, dict]:
+    if "target_step_key" not in command:
+        matching = [s for s in definition.spec["steps"] if (signal_spec_of(s) or {}).get("name") == name]
+        if len(matching) != 1:
+            raise InvalidArgument(
+                f"target_step_key: required, {len(matching)} steps of the definition await signal {name!r}",
+                field="target_step_key",
+            )
+        return matching[0]["key"], signal_spec_of(matching[0])
+    key = command["target_step_key"]
+    if key == ROOT_STEP_KEY or not is_step_key(key):
+        raise InvalidArgument("target_step_key: must be a step key of the definition", field="target_step_key")
+    spec = signal_spec_of(definition.step_spec(key))
+    if spec is None:
+        raise InvalidArgument(
+            f"target_step_key: {key} is not a SIGNAL step (or POLL with a final signal) of the definition",
+            field="target_step_key",
+        )
+    return key, spec
+
+
+def signal_accept(
+    *, identity: Identity, instance_id: str, command: Any, idempotency_key: Any, request_id: str = ""
+) -> Receipt:
+    """Store a signal PENDING with its ``workflow.signal`` audit (before null, after the acceptance snapshot)
+    and its inbox record, in one transaction; idempotent per Idempotency-Key.
+
+    The target step must be a SIGNAL step or a POLL step with a final signal of the fixed
+    definition (400, nothing stored). Matching happens when the runner consumes the record.
+    """
+    key = idempotency_key_argument(idempotency_key)
+    command = command_object(command, allowed=SIGNAL_FIELDS)
+    name = text_field(command, "name", max_length=128)
+    payload_version = text_field(command, "payload_version", max_length=64)
+    if "payload" not in command:
+        raise InvalidArgument("payload: is required (any JSON)", field="payload")
+    payload = exactjson.dumps(command["payload"])
+    correlation_key = text_field(command, "correlation_key", max_length=256, blank=True)
+    sequence = exactjson.to_python(command.get("target_activation_sequence", 0))
+    if "target_activation_sequence" in command and (
+        isinstance(sequence, bool) or not isinstance(sequence, int) or not 1 <= sequence <= 2**32 - 1
+    ):
+        raise InvalidArgument("target_activation_sequence: a positive integer", field="target_activation_sequence")
+    reason = reason_field(command, required=True)
+    evidence_ref = evidence_ref_field(command)
+    instance, definition = instance_visible(identity=identity, instance_id=instance_id)
+    step_key, spec = _target_step(definition, command, name)
+
+    def work(locks: LockSet) -> dict:
+        locked = locks.lock_one(Level.INSTANCE, instance.id)
+        if locked.state in FINISHED:
+            raise FailedPrecondition(f"the instance is {locked.state}: it accepts no signal")
+        now = clock.now()
+        signal = Signal.objects.create(
+            namespace_id=identity.namespace_id,
+            workflow=locked,
+            name=name,
+            payload_version=payload_version,
+            payload=payload,
+            correlation_key=correlation_key,
+            target_step_key=step_key,
+            target_activation_sequence=sequence,
+            accepted_at=now,
+            expires_at=now + dt.timedelta(seconds=spec["signal_ttl_seconds"]),
+            actor_id=identity.actor_id,
+            evidence_ref=evidence_ref,
+        )
+        snapshot = {
+            "signal_id": signal.id,
+            "workflow_id": locked.id,
+            "state": SignalState.PENDING,
+            "name": name,
+            "payload_version": payload_version,
+            "correlation_key": correlation_key,
+            "target_step_key": step_key,
+            "target_activation_sequence": sequence,
+            "accepted_at": _when(now),
+            "expires_at": _when(signal.expires_at),
+            "actor_id": identity.actor_id,
+            "revision": str(signal.revision),
+        }
+        if evidence_ref:
+            snapshot["evidence_ref"] = evidence_ref
+        operation = SignalOperation.objects.create(
+            namespace_id=identity.namespace_id,
+            workflow=locked,
+            signal=signal,
+            actor_id=identity.actor_id,
+            action="workflow.signal",
+            reason=reason,
+            evidence_ref=evidence_ref,
+            request_id=request_id,
+            before=None,
+            after=snapshot,
+            created_at=now,
+        )
+        touch(locked, now)
+        InboxRecord.objects.create(
+            instance=locked, source_kind=InboxSource.SIGNAL, source_id=signal.id, signal=signal, created_at=now
+        )
+        return {
+            "workflow_id": locked.id,
+            "signal_id": signal.id,
+            "operation_id": operation.operation_id,
+            "state": signal.state,
+            "revision": str(locked.revision),
+            "accepted_at": snapshot["accepted_at"],
+            "expires_at": snapshot["expires_at"],
+        }
+
+    return receipt_run(
+        identity=identity,
+        key=key,
+        operation="workflow.signal",
+        target=instance.id,
+        command=command,
+        work=work,
+        status=201,
+    )
+
+
+def _matches(signal: Signal, wait: Wait, activation: Activation) -> bool:
+    return (
+        signal.name == wait.signal_name
+        and signal.payload_version == wait.payload_version
+        and signal.correlation_key == wait.correlation_key
+        and signal.accepted_at <= wait.deadline_at
+        and signal.target_activation_sequence <= activation.sequence
+    )
+
+
+def wait_winner(*, wait: Wait, activation: Activation, step: Step, consuming: Signal | None = None) -> Signal | None:
+    """The oldest (accepted_at, id) PENDING signal of the step that matches the wait.
+
+    Candidates are the signal being consumed and signals whose inbox record was already
+    consumed (buffered); a signal whose record is still pending waits for its own turn.
+    """
+    consumed_record = InboxRecord.objects.filter(
+        source_kind=InboxSource.SIGNAL, source_id=OuterRef("id"), state=InboxState.CONSUMED
+    )
+    candidates = Signal.objects.filter(
+        workflow_id=wait.instance_id, target_step_key=step.key, state=SignalState.PENDING
+    ).filter(Exists(consumed_record))
+    found = [s for s in candidates.order_by("accepted_at", "id") if _matches(s, wait, activation)]
+    if consuming is not None and consuming.state == SignalState.PENDING and _matches(consuming, wait, activation):
+        found.append(consuming)
+    return min(found, key=lambda s: (s.accepted_at, s.id)) if found else None
+
+
+def wait_satisfy(
+    *,
+    instance: WorkflowInstance,
+    gate,
+    step: Step,
+    activation: Activation,
+    wait: Wait,
+    signal: Signal,
+    step_spec: dict,
+) -> Disposition:
+    """Apply the winning signal: wait SATISFIED, signal CONSUMED, activation and step SUCCEEDED with the payload.
+
+    A payload that breaks the step's contract is not corruption: wait, activation, step and
+    instance go to NEEDS_REVIEW and the signal is REJECTED (CONTRACT_VIOLATION) — the RearmWait entry.
+    """
+    now = clock.now()
+    violation = contract_violation(step_spec=step_spec, value_text=signal.payload)
+    if violation is not None:
+        wait.state = WaitState.NEEDS_REVIEW
+        activation.state = ActivationState.NEEDS_REVIEW
+        step.state = StepState.NEEDS_REVIEW
+        signal.state = SignalState.REJECTED
+        signal.disposition = Disposition.CONTRACT_VIOLATION
+        instance_enter_review(
+            instance=instance, gate=gate, reason=f"signal {signal.id} breaks the contract of {step.key}: {violation}"
+        )
+        disposition = Disposition.CONTRACT_VIOLATION
+    else:
+        wait.state = WaitState.SATISFIED
+        wait.winner_signal = signal
+        activation.state = ActivationState.SUCCEEDED
+        activation.output = signal.payload
+        activation.completed_at = now
+        step.state = StepState.SUCCEEDED
+        step.output = signal.payload
+        signal.state = SignalState.CONSUMED
+        signal.disposition = Disposition.APPLIED
+        signal.consumed_wait = wait
+        continuation_create(instance=instance, step_key=step.key, kind="STEP")
+        disposition = Disposition.APPLIED
+    for row in (step, activation, wait, signal):
+        touch(row, now)
+    return disposition
+
+
+def buffered_waits() -> list[tuple[str, str]]:
+    """(instance id, wait id) of WAITING signal waits that have a buffered PENDING signal of their step."""
+    buffered = Signal.objects.filter(
+        workflow_id=OuterRef("instance_id"), target_step_key=OuterRef("step__key"), state=SignalState.PENDING
+    ).filter(
+        Exists(
+            InboxRecord.objects.filter(
+                source_kind=InboxSource.SIGNAL, source_id=OuterRef("id"), state=InboxState.CONSUMED
+            )
+        )
+    )
+    return list(
+        Wait.objects.filter(state=WaitState.WAITING, kind__in=("SIGNAL", "POLL_FINAL_SIGNAL"))
+        .filter(Exists(buffered))
+        .values_list("instance_id", "id")[:100]
+    )

@@ -1,0 +1,257 @@
+"""The worker protocol: claim a task through an open gate, heartbeat its lease, complete it (SPEC §4).
+
+The lease is enforced by the runner's lease-expiry pass: until that pass turns a RUNNING
+attempt UNKNOWN, its worker still owns it (a heartbeat extends it, a completion is accepted);
+afterwards both are refused. The attempt row under the task lock decides, so a completion
+racing the expiry yields exactly one outcome.
+"""
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Exists, OuterRef, Q
+
+from engine.commands import command_object, id_argument
+from engine.quota import permit_release, quota_lock_for_task
+from engine.results import result_event_publish
+from engine.state import touch
+from history import clock, exactjson
+from history.errors import FailedPrecondition, InvalidArgument, NotFound
+from history.identity import Identity
+from history.locking import Level, LockSet, atomic_with_retry
+from history.models import (
+    Attempt,
+    AttemptState,
+    Gate,
+    Queue,
+    ResultKind,
+    Task,
+    TaskState,
+    WorkflowInstance,
+)
+from history.tenancy import is_name
+
+DEFAULT_LEASE_SECONDS = 30
+MAX_LEASE_SECONDS = 3600
+CLAIM_CANDIDATES = 10
+
+
+@dataclass(frozen=True)
+class Claim:
+    task: Task
+    attempt: Attempt
+
+
+def _lease_seconds(command: dict) -> int:
+    value = exactjson.to_python(command.get("lease_seconds", DEFAULT_LEASE_SECONDS))
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LEASE_SECONDS:
+        raise InvalidArgument(f"lease_seconds: an integer from 1 to {MAX_LEASE_SECONDS}", field="lease_seconds")
+    return value
+
+
+def _worker_name(command: dict) -> str:
+    worker = command.get("worker", "")
+    if not isinstance(worker, str) or not 1 <= len(worker) <= 128 or not worker.isprintable():
+        raise InvalidArgument("worker: 1-128 printable characters naming the worker", field="worker")
+    return worker
+
+
+def _claimable(now: dt.datetime) -> Q:
+    return (
+        Q(state=TaskState.QUEUED)
+        & (Q(deadline_at__isnull=True) | Q(deadline_at__gt=now))
+        & (Q(latest_start_at__isnull=True) | Q(latest_start_at__gt=now))
+    )
+
+
+def task_claim(*, identity: Identity, queue_name: str, command: Any) -> Claim | None:
+    """Lease the highest-priority QUEUED task of the queue whose gate is open and whose deadlines are ahead.
+
+    Command ``{worker, lease_seconds?}``. Creates attempt number attempt_count + 1 RUNNING with a
+    lease; the task becomes LEASED. None when nothing is claimable. Candidates are read without
+    locks, then each is re-checked under instance → gate → task locks; an instance another
+    transaction holds is skipped (SKIP LOCKED) instead of waited for.
+    """
+    command = command_object(command, allowed=("worker", "lease_seconds"))
+    worker = _worker_name(command)
+    lease = _lease_seconds(command)
+    if not is_name(queue_name) or not identity.can_access_queues([queue_name]):
+        raise NotFound(f"queue {queue_name} not found", field="queue")
+    queue = Queue.objects.filter(namespace_id=identity.namespace_id, name=queue_name).first()
+    if queue is None:
+        raise NotFound(f"queue {queue_name} not found", field="queue")
+    now = clock.now()
+    candidates = list(
+        Task.objects.filter(_claimable(now), queue_id=queue.id)
+        .filter(Exists(Gate.objects.filter(instance_id=OuterRef("source_instance_id"), open=True)))
+        .order_by("-priority", "created_at", "id")
+        .values_list("id", "source_instance_id")[:CLAIM_CANDIDATES]
+    )
+    for task_id, instance_id in candidates:
+        claim = atomic_with_retry(lambda t=task_id, i=instance_id: _claim_one(t, i, queue.id, worker, lease))
+        if claim is not None:
+            return claim
+    return None
+
+
+def _claim_one(task_id: str, instance_id: str, queue_id: str, worker: str, lease: int) -> Claim | None:
+    locks = LockSet()
+    instance = locks.lock_one(Level.INSTANCE, instance_id, skip_locked=True)
+    if instance is None:
+        return None
+    gate = locks.lock_one(Level.GATE, instance_id)
+    task = locks.lock_one(Level.TASK, task_id)
+    now = clock.now()
+    if (
+        gate is None
+        or not gate.open
+        or task is None
+        or task.queue_id != queue_id
+        or not Task.objects.filter(_claimable(now), pk=task_id).exists()
+    ):
+        return None
+    task.attempt_count += 1
+    attempt = Attempt.objects.create(
+        task=task,
+        number=task.attempt_count,
+        worker=worker,
+        lease_expires_at=now + dt.timedelta(seconds=lease),
+        started_at=now,
+    )
+    task.state = TaskState.LEASED
+    touch(task, now)
+    touch(instance, now)
+    return Claim(task=task, attempt=attempt)
+
+
+def _owned_task(identity: Identity, task_id: str) -> Task:
+    task = Task.objects.filter(pk=id_argument(task_id, "task_id"), namespace_id=identity.namespace_id).first()
+    queue_name = Queue.objects.filter(pk=task.queue_id).values_list("name", flat=True).first() if task else None
+    if queue_name is None or not identity.can_access_queues([queue_name]):
+        raise NotFound(f"task {task_id} not found", field="task_id")
+    return task
+
+
+def _running_attempt(task: Task, attempt_id: str) -> Attempt:
+    attempt = Attempt.objects.filter(pk=attempt_id, task_id=task.id).first()
+    if attempt is None:
+        raise NotFound(f"attempt {attempt_id} of task {task.id} not found", field="attempt_id")
+    if attempt.state != AttemptState.RUNNING:
+        raise FailedPrecondition(f"attempt {attempt_id} is {attempt.state}: its lease is lost", field="attempt_id")
+    return attempt
+
+
+def task_heartbeat(*, identity: Identity, task_id: str, command: Any) -> Attempt:
+    """Extend the lease of a RUNNING attempt to now + lease_seconds (never shortens it).
+
+    Command ``{attempt_id, lease_seconds?}``. An attempt the runner already expired is refused.
+    """
+    command = command_object(command, allowed=("attempt_id", "lease_seconds"))
+    attempt_id = id_argument(command.get("attempt_id"), "attempt_id")
+    lease = _lease_seconds(command)
+    task = _owned_task(identity, task_id)
+
+    def beat() -> Attempt:
+        locks = LockSet()
+        locks.lock_one(Level.TASK, task.id)
+        attempt = _running_attempt(task, attempt_id)
+        attempt.lease_expires_at = max(attempt.lease_expires_at, clock.now() + dt.timedelta(seconds=lease))
+        attempt.save(update_fields=["lease_expires_at"])
+        return attempt
+
+    return atomic_with_retry(beat)
+
+
+def _completion(command: dict) -> tuple[str, str, bool]:
+    outcome = command.get("outcome")
+    if outcome not in ("SUCCEEDED", "FAILED"):
+        raise InvalidArgument("outcome: SUCCEEDED or FAILED", field="outcome")
+    if "result" not in command:
+        raise InvalidArgument("result: is required (any JSON; not null for FAILED)", field="result")
+    if outcome == "FAILED" and command["result"] is None:
+        raise InvalidArgument("result: a FAILED result carries the failure details, never null", field="result")
+    retryable = command.get("retryable", False)
+    if not isinstance(retryable, bool) or (retryable and outcome != "FAILED"):
+        raise InvalidArgument("retryable: a boolean, true only with outcome FAILED", field="retryable")
+    return outcome, exactjson.dumps(command["result"]), retryable
+
+
+def task_complete(*, identity: Identity, task_id: str, command: Any) -> Task:
+    """Finish a RUNNING attempt with SUCCEEDED or FAILED (retryable?).
+
+    Command ``{attempt_id, outcome, result, retryable?}``. A retryable failure with attempts and
+    time left requeues the task (no result event: the attempt row keeps the failure). Otherwise
+    the task is terminal: its permit is released and a RESULT event (with its inbox record) is
+    written last.
+    """
+    command = command_object(command, allowed=("attempt_id", "outcome", "result", "retryable"))
+    attempt_id = id_argument(command.get("attempt_id"), "attempt_id")
+    outcome, result, retryable = _completion(command)
+    task = _owned_task(identity, task_id)
+
+    def complete() -> Task:
+        locks = LockSet()
+        quota = quota_lock_for_task(locks=locks, task=task)
+        instance = locks.lock_one(Level.INSTANCE, task.source_instance_id)
+        locked = locks.lock_one(Level.TASK, task.id)
+        attempt = _running_attempt(locked, attempt_id)
+        now = clock.now()
+        attempt.state = outcome
+        attempt.finished_at = now
+        attempt.result = result
+        attempt.save()
+        requeue = (
+            retryable
+            and locked.attempt_count < locked.max_attempts
+            and (locked.deadline_at is None or locked.deadline_at > now)
+        )
+        if requeue:
+            locked.state = TaskState.QUEUED
+        else:
+            locked.state = outcome
+            locked.outcome = outcome
+            locked.result = result
+            permit_release(
+                locks=locks, application=quota.application, queue=next(iter(quota.queues.values())), task=locked
+            )
+        touch(locked, now)
+        if instance is not None:
+            touch(instance, now)
+        if not requeue:
+            result_event_publish(locks=locks, task=locked, kind=ResultKind.RESULT, outcome=outcome, result=result)
+        return locked
+
+    return atomic_with_retry(complete)
+
+
+def task_lease_expire(*, attempt_id: str) -> bool:
+    """A RUNNING attempt whose lease passed becomes UNKNOWN; its task NEEDS_REVIEW, keeping its permit.
+
+    Writes an UNKNOWN result event. Never retries: the work may still be running somewhere.
+    False when the attempt is no longer RUNNING or its lease was extended (nothing written).
+    """
+    row = Attempt.objects.filter(pk=attempt_id).values_list("task_id", flat=True).first()
+    instance_id = Task.objects.filter(pk=row).values_list("source_instance_id", flat=True).first() if row else None
+    if instance_id is None:
+        return False
+
+    def expire() -> bool:
+        locks = LockSet()
+        instance: WorkflowInstance | None = locks.lock_one(Level.INSTANCE, instance_id, skip_locked=True)
+        if instance is None:
+            return False
+        task = locks.lock_one(Level.TASK, row)
+        attempt = Attempt.objects.get(pk=attempt_id)
+        now = clock.now()
+        if attempt.state != AttemptState.RUNNING or attempt.lease_expires_at >= now:
+            return False
+        attempt.state = AttemptState.UNKNOWN
+        attempt.save()
+        task.state = TaskState.NEEDS_REVIEW
+        touch(task, now)
+        touch(instance, now)
+        result_event_publish(locks=locks, task=task, kind=ResultKind.UNKNOWN)
+        return True
+
+    return atomic_with_retry(expire)

@@ -1,0 +1,184 @@
+import datetime as dt
+
+from engine.runner import pass_poll_rounds
+from history import clock
+from history.models import Activation, InstanceState, PollRound, ResultEvent, Step, Task, TaskState, Wait
+from tests.engine.test_task_flow import _review_task
+
+
+def poll_step(**extra):
+    step = {
+        "key": "settle",
+        "kind": "POLL",
+        "handler": "demo.poll_pending",
+        "queue": "polls",
+        "max_rounds": 3,
+        "attempts_per_round": 2,
+        "interval_seconds": 60,
+        "poll_deadline_seconds": 3600,
+        "mapping": {"field": "status", "values": {"done": "SUCCEEDED", "pending": "PENDING", "failed": "FAILED"}},
+    }
+    step.update(extra)
+    return step
+
+
+def _activation(instance):
+    return Activation.objects.get(step=Step.objects.get(instance=instance, key="settle"))
+
+
+def test_each_round_has_one_query_task_with_the_round_attempt_budget(engine):
+    instance = engine.start(engine.define([poll_step()]), {"pending_rounds": 1})
+    engine.settle()
+    activation = _activation(instance)
+    task = Task.objects.get(source_activation_id=activation.id)
+    assert (task.max_attempts, task.source_round, task.queue.name) == (2, 1, "polls")
+    assert PollRound.objects.get(activation=activation).task_id == task.id == activation.last_task_id
+    assert activation.poll_deadline_at == activation.created_at + dt.timedelta(seconds=3600)
+    assert (activation.max_rounds, activation.attempts_per_round, activation.interval_seconds) == (3, 2, 60)
+
+
+def test_pending_opens_the_next_round_at_completion_plus_interval_and_done_succeeds(engine):
+    instance = engine.start(engine.define([poll_step()]), {"pending_rounds": 1})
+    engine.settle()
+    engine.work("polls")
+    engine.settle()
+    activation = _activation(instance)
+    completed = ResultEvent.objects.get().created_at
+    assert activation.state == "WAITING" and activation.next_round_at == completed + dt.timedelta(seconds=60)
+    assert (activation.used_rounds, activation.last_round_classification) == (1, "PENDING")
+    assert pass_poll_rounds() == 0  # not due yet
+    with clock.moved(dt.timedelta(seconds=61)):
+        engine.settle()
+        assert PollRound.objects.filter(activation=activation).count() == 2
+        engine.work("polls")
+        engine.settle()
+    activation.refresh_from_db()
+    assert activation.state == "SUCCEEDED" and activation.used_rounds == 2
+    instance.refresh_from_db()
+    assert instance.state == InstanceState.SUCCEEDED
+    assert instance.output == '{"settle":{"status":"done","round":2}}'
+
+
+def _run_rounds(engine, rounds):
+    for _ in range(rounds):
+        engine.settle()
+        engine.work("polls")
+        clock.advance(dt.timedelta(seconds=61))
+    engine.settle()
+
+
+def test_rounds_exhausted_puts_the_poll_in_review(engine):
+    instance = engine.start(engine.define([poll_step(max_rounds=2)]), {"pending_rounds": 9})
+    try:
+        _run_rounds(engine, 2)
+    finally:
+        clock.set_offset(dt.timedelta(0))
+    activation = _activation(instance)
+    assert (activation.state, activation.used_rounds, activation.last_round_classification) == (
+        "NEEDS_REVIEW",
+        2,
+        "PENDING",
+    )
+    assert engine.reload(instance).state == InstanceState.NEEDS_REVIEW
+    assert Task.objects.count() == 2
+
+
+def test_a_next_round_past_the_poll_deadline_puts_the_poll_in_review(engine):
+    instance = engine.start(engine.define([poll_step(poll_deadline_seconds=90)]), {"pending_rounds": 9})
+    engine.settle()
+    engine.work("polls")
+    with clock.moved(dt.timedelta(seconds=40)):
+        engine.work("polls")
+    engine.settle()
+    activation = _activation(instance)
+    assert activation.used_rounds == 1 and activation.state == "WAITING"
+    with clock.moved(dt.timedelta(seconds=61)):
+        engine.settle()
+        engine.work("polls")
+        engine.settle()
+    activation.refresh_from_db()
+    assert activation.state == "NEEDS_REVIEW" and activation.used_rounds == 2
+
+
+def test_a_failed_query_fails_the_step_and_puts_the_instance_in_review(engine):
+    instance = engine.start(engine.define([poll_step(handler="demo.fail")]))
+    engine.settle()
+    engine.work("polls")
+    engine.settle()
+    task = Task.objects.get()
+    assert task.state == TaskState.FAILED and task.attempt_count == 1 and task.max_attempts == 2
+    activation = _activation(instance)
+    assert activation.state == "FAILED" and activation.used_rounds == 0
+    assert engine.reload(instance).state == InstanceState.NEEDS_REVIEW
+
+
+def test_a_failed_classification_fails_the_step(engine):
+    mapping = {"field": "status", "values": {"done": "SUCCEEDED", "pending": "FAILED"}}
+    instance = engine.start(engine.define([poll_step(mapping=mapping)]), {"pending_rounds": 1})
+    engine.settle()
+    engine.work("polls")
+    engine.settle()
+    activation = _activation(instance)
+    assert (activation.state, activation.last_round_classification) == ("FAILED", "FAILED")
+    assert Step.objects.get(instance=instance, key="settle").state == "FAILED"
+
+
+def test_a_reviewed_pending_answer_is_classified_but_the_poll_stays_in_review(engine):
+    instance = engine.start(engine.define([poll_step(handler="demo.hang")]))
+    engine.settle()
+    claim = engine.claim("polls", lease_seconds=5)
+    with clock.moved(dt.timedelta(seconds=6)):
+        engine.settle()
+        activation = _activation(instance)
+        assert activation.state == "NEEDS_REVIEW" and activation.used_rounds == 0
+        _review_task(Task.objects.get(pk=claim.task.id), "SUCCEEDED", '{"status":"pending"}')
+        engine.settle()
+    activation.refresh_from_db()
+    assert (activation.last_round_classification, activation.used_rounds) == ("PENDING", 1)
+    assert activation.state == "NEEDS_REVIEW" and activation.verified_outcome == "SUCCEEDED"
+    assert Step.objects.get(instance=instance, key="settle").state == "NEEDS_REVIEW"
+    assert engine.reload(instance).state == InstanceState.NEEDS_REVIEW
+
+
+def test_no_round_opens_while_the_instance_is_in_review(engine):
+    definition = engine.define(
+        [poll_step(), {"key": "boom", "kind": "TASK", "handler": "demo.fail", "queue": "payments"}]
+    )
+    instance = engine.start(definition, {"pending_rounds": 5})
+    engine.settle()
+    engine.work("polls")
+    engine.work("payments")
+    engine.settle()
+    assert engine.reload(instance).state == InstanceState.NEEDS_REVIEW
+    with clock.moved(dt.timedelta(seconds=120)):
+        engine.settle()
+    assert PollRound.objects.count() == 1
+
+
+def test_a_succeeded_classification_waits_for_the_final_signal(engine):
+    final = {"name": "settled", "payload_version": "1", "correlation": "business_key", "deadline_seconds": 600}
+    instance = engine.start(engine.define([poll_step(final_signal=final)]), {"pending_rounds": 0}, business_key="o-1")
+    engine.settle()
+    engine.work("polls")
+    engine.settle()
+    activation = _activation(instance)
+    wait = Wait.objects.get(pk=activation.wait_id)
+    assert (activation.state, wait.kind, wait.correlation_key) == ("WAITING", "POLL_FINAL_SIGNAL", "o-1")
+    from engine.signals import signal_accept
+
+    signal_accept(
+        identity=engine.identity,
+        instance_id=instance.id,
+        command={
+            "name": "settled",
+            "payload_version": "1",
+            "payload": {"ok": 1},
+            "correlation_key": "o-1",
+            "reason": "bank",
+        },
+        idempotency_key="sig-1",
+    )
+    engine.settle()
+    wait.refresh_from_db()
+    assert wait.state == "SATISFIED" and wait.winner_signal_id is not None
+    assert engine.reload(instance).state == InstanceState.SUCCEEDED
