@@ -1,0 +1,149 @@
+"""Admin forms for the six recovery operations: they build a command, the services decide.
+
+Every form carries, as hidden fields, the revisions of the page the operator looked at and a
+fresh idempotency key: a background change in between is refused by the service (ABORTED),
+and a double submit replays the first receipt instead of acting twice.
+"""
+
+from dataclasses import dataclass
+
+from django import forms
+
+from history import exactjson
+from history.ids import new_id
+
+DECLARATIONS = {
+    "execution_settled": (
+        "Every historical external execution has ended and will have no further effect. "
+        "A lease expiry or an UNKNOWN result does not prove this."
+    ),
+    "safe_to_retry": (
+        "Re-running with the same fixed input is safe: business_key and concurrency_key do not deduplicate, "
+        "so the external operation's identity is in the fixed input and the evidence shows a retry is safe."
+    ),
+    "pending_confirmed": (
+        "The PENDING answer of the last round is authoritative: the business result really is not ready."
+    ),
+    "wait_verified": (
+        "The awaited event has not happened (or the timer must still fire) and the original contract is still right."
+    ),
+    "review_resolved": "Every matter of this review has been handled.",
+}
+
+
+@dataclass(frozen=True)
+class OperationForm:
+    name: str  # the API name, e.g. "retry-step"
+    title: str
+    target: str  # "task", "step" or "instance"
+    declaration: str
+    with_conclusion: bool = False
+
+
+OPERATION_FORMS = {
+    f.name: f
+    for f in (
+        OperationForm("review-task", "Review task", "task", "execution_settled", with_conclusion=True),
+        OperationForm("resolve-step", "Resolve step", "step", "execution_settled", with_conclusion=True),
+        OperationForm("continue-poll", "Continue poll", "step", "pending_confirmed"),
+        OperationForm("rearm-wait", "Rearm wait", "step", "wait_verified"),
+        OperationForm("retry-step", "Retry step", "step", "safe_to_retry"),
+        OperationForm("continue", "Continue instance", "instance", "review_resolved"),
+    )
+}
+
+
+class CommonFields(forms.Form):
+    """Reason, evidence and the declaration every recovery form asks for."""
+
+    reason = forms.CharField(
+        max_length=1024,
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
+        help_text="Why this decision is right: 1 to 1024 characters.",
+    )
+    evidence_ref = forms.CharField(
+        max_length=512,
+        strip=False,
+        help_text="Where the evidence lives, e.g. ticket:OPS-123 (no spaces; the console never opens it).",
+    )
+    declaration = forms.BooleanField(required=True)
+    expected_revision = forms.CharField(widget=forms.HiddenInput)
+    idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=128)
+
+
+class StepFields(CommonFields):
+    step_key = forms.CharField(widget=forms.HiddenInput)
+    activation_id = forms.CharField(widget=forms.HiddenInput)
+    expected_step_revision = forms.CharField(widget=forms.HiddenInput)
+
+
+class TaskFields(CommonFields):
+    task_id = forms.CharField(widget=forms.HiddenInput)
+    expected_task_revision = forms.CharField(widget=forms.HiddenInput)
+
+
+class ConclusionFields(forms.Form):
+    conclusion = forms.ChoiceField(choices=[("SUCCEEDED", "SUCCEEDED"), ("FAILED", "FAILED")])
+    result = forms.CharField(
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 80, "class": "vLargeTextField"}),
+        help_text=(
+            "JSON, kept exactly as written. SUCCEEDED: a result of the step's fixed contract "
+            "(TIMER: null). FAILED: the failure details (any JSON but null)."
+        ),
+    )
+
+    def clean_result(self):
+        text = self.cleaned_data["result"]
+        try:
+            return exactjson.loads(text)
+        except ValueError as exc:
+            raise forms.ValidationError(f"not valid JSON: {exc}") from None
+
+
+_TARGET_FIELDS = {"task": TaskFields, "step": StepFields, "instance": CommonFields}
+
+
+def recovery_form_class(operation: OperationForm) -> type[forms.Form]:
+    """The form of one operation, with its declaration spelled out beside the checkbox."""
+    bases = (_TARGET_FIELDS[operation.target],)
+    if operation.with_conclusion:
+        bases = (*bases, ConclusionFields)
+
+    def __init__(self, *args, **kwargs):
+        super(form_class, self).__init__(*args, **kwargs)
+        # self.fields are this form's own copies: the shared class fields stay untouched.
+        self.fields["declaration"].label = f"I declare ({operation.declaration})"
+        self.fields["declaration"].help_text = DECLARATIONS[operation.declaration]
+
+    form_class = type(f"{operation.title.replace(' ', '')}Form", bases, {"__init__": __init__})
+    return form_class
+
+
+def form_command(operation: OperationForm, data: dict) -> dict:
+    """The flat JSON command of SPEC §5.1 from a valid form's cleaned data."""
+    command = {
+        "expected_revision": data["expected_revision"],
+        "reason": data["reason"],
+        "evidence_ref": data["evidence_ref"],
+        operation.declaration: True,
+    }
+    for name in ("task_id", "expected_task_revision", "step_key", "activation_id", "expected_step_revision"):
+        if name in data:
+            command[name] = data[name]
+    if operation.with_conclusion:
+        command["conclusion"] = data["conclusion"]
+        command["result"] = data["result"]
+    return command
+
+
+def fresh_key() -> str:
+    return f"admin-{new_id()}"
+
+
+def hidden_copy(form: forms.Form) -> forms.Form:
+    """The same bound form with every field hidden: the confirm step re-posts exactly what was previewed."""
+    for field in form.fields.values():
+        field.widget = forms.HiddenInput()
+    return form

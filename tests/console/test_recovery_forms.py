@@ -1,0 +1,180 @@
+"""The operator console's recovery forms: permission, preview, commit, conflict, double submit, bulk."""
+
+import pytest
+
+from history.credentials import identity_of_credential
+from history.models import Scope, Task, TaskState, WorkflowOperation
+from recovery.operations import step_retry
+from tests.recovery import requests as rq
+from tests.recovery.digest import history_digest
+from tests.recovery.states import task_failed_state, task_unknown_state
+
+pytestmark = pytest.mark.django_db
+
+
+def _page(instance_id):
+    return f"/admin/history/workflowinstance/{instance_id}/change/"
+
+
+def _form(instance_id, operation):
+    return f"/admin/history/workflowinstance/{instance_id}/recovery/{operation}/"
+
+
+def _decision(state, **fields):
+    """The fields every recovery form posts, as the operator filled them in."""
+    return {
+        "expected_revision": str(state.instance.revision),
+        "reason": "payment confirmed in the ledger",
+        "evidence_ref": "ticket:OPS-123",
+        "declaration": "on",
+        **fields,
+    }
+
+
+def _review_post(state, **overrides):
+    task = state.tasks[-1]
+    return (
+        _decision(
+            state,
+            idempotency_key="admin-form-key-1",
+            task_id=task.id,
+            expected_task_revision=str(task.revision),
+            conclusion="SUCCEEDED",
+            result='{"paid":true,"amount":1.10}',
+        )
+        | overrides
+    )
+
+
+@pytest.fixture
+def operator(client, console_user):
+    client.force_login(console_user("olga", "operators"))
+    return client
+
+
+@pytest.mark.parametrize("group", ["viewers", "auditors"])
+def test_recovery_forms_are_refused_server_side_without_the_recover_permission(client, tenancy, console_user, group):
+    state = task_unknown_state(tenancy)
+    client.force_login(console_user("vic", group))
+    before = history_digest()
+    assert client.get(_form(state.instance.id, "review-task")).status_code == 403
+    assert (
+        client.post(_form(state.instance.id, "review-task"), _review_post(state) | {"_confirm": "1"}).status_code == 403
+    )
+    assert history_digest() == before
+    page = client.get(_page(state.instance.id)).content.decode()
+    assert "data-operation=" not in page
+
+
+def test_the_instance_page_offers_only_eligible_operations_and_says_why_not(operator, tenancy):
+    state = task_unknown_state(tenancy)
+    html = operator.get(_page(state.instance.id)).content.decode()
+    assert 'data-operation="review-task"' in html
+    assert 'data-operation="retry-step"' not in html
+    assert 'data-refused="retry-step"' in html
+    assert 'data-refused="continue"' in html
+
+
+def test_the_form_spells_out_the_declaration_and_carries_the_revisions_seen(operator, tenancy):
+    state = task_unknown_state(tenancy)
+    task = state.tasks[-1]
+    url = f"{_form(state.instance.id, 'review-task')}?revision=5&task={task.id}&task_revision={task.revision}"
+    html = operator.get(url).content.decode()
+    assert "A lease expiry or an UNKNOWN result does not prove this." in html
+    assert 'name="expected_revision" value="5"' in html
+    assert f'name="task_id" value="{task.id}"' in html
+    assert 'name="idempotency_key" value="admin-' in html
+
+
+def test_the_preview_shows_the_change_and_writes_nothing(operator, tenancy):
+    state = task_unknown_state(tenancy)
+    before = history_digest()
+    response = operator.post(_form(state.instance.id, "review-task"), _review_post(state) | {"_preview": "1"})
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert 'id="preview"' in html and 'name="_confirm"' in html
+    assert '<tr class="changed"><th>instance.revision</th>' in html
+    assert history_digest() == before
+
+
+def test_confirm_applies_the_operation_once_even_when_submitted_twice(operator, tenancy):
+    state = task_unknown_state(tenancy)
+    data = _review_post(state) | {"_confirm": "1"}
+    first = operator.post(_form(state.instance.id, "review-task"), data, follow=True)
+    assert "Review task applied" in first.content.decode()
+    second = operator.post(_form(state.instance.id, "review-task"), data, follow=True)
+    assert "already applied" in second.content.decode()
+    assert WorkflowOperation.objects.filter(workflow=state.instance, action="workflow.review_task").count() == 1
+    assert Task.objects.get(id=state.tasks[-1].id).state == TaskState.SUCCEEDED
+
+
+def test_a_background_change_since_the_page_was_read_is_a_conflict_and_writes_nothing(operator, tenancy):
+    state = task_unknown_state(tenancy)
+    before = history_digest()
+    stale = _review_post(state, expected_revision=str(state.instance.revision - 1)) | {"_confirm": "1"}
+    html = operator.post(_form(state.instance.id, "review-task"), stale).content.decode()
+    assert 'id="conflict"' in html and "Reload the instance page" in html
+    assert history_digest() == before
+
+
+def test_a_refused_operation_shows_the_service_reason(operator, tenancy):
+    state = task_unknown_state(tenancy)
+    before = history_digest()
+    data = _decision(state, idempotency_key="admin-continue-1", _confirm="1")
+    html = operator.post(_form(state.instance.id, "continue"), data).content.decode()
+    assert 'id="refusal"' in html and "FAILED_PRECONDITION" in html
+    assert history_digest() == before
+
+
+def test_a_missing_declaration_is_a_form_error_and_writes_nothing(operator, tenancy):
+    state = task_unknown_state(tenancy)
+    before = history_digest()
+    data = _review_post(state) | {"_confirm": "1"}
+    del data["declaration"]
+    response = operator.post(_form(state.instance.id, "review-task"), data)
+    assert response.status_code == 200
+    assert "This field is required." in response.content.decode()
+    assert history_digest() == before
+
+
+def test_an_invalid_evidence_reference_is_shown_on_its_field(operator, tenancy):
+    state = task_unknown_state(tenancy)
+    html = operator.post(
+        _form(state.instance.id, "review-task"), _review_post(state, evidence_ref="has spaces") | {"_preview": "1"}
+    ).content.decode()
+    assert "evidence_ref must be 1 to 512 characters without whitespace" in html
+    assert 'id="preview"' not in html
+
+
+def test_bulk_continue_reports_a_result_per_instance(operator, tenancy, issue_token):
+    recoverer = identity_of_credential(issue_token(scopes=[Scope.RECOVER]).credential)
+    refused = task_unknown_state(tenancy)
+    other = task_failed_state(tenancy)
+    # Retried, the failed instance is ready to continue; the UNKNOWN one is not.
+    step_retry(identity=recoverer, instance_id=other.instance.id, idempotency_key="k1", command=rq.retry(other))
+    other.instance.refresh_from_db()
+    ids = [refused.instance.id, other.instance.id]
+    url = "/admin/history/workflowinstance/"
+    intermediate = operator.post(url, {"action": "continue_selected", "_selected_action": ids})
+    assert intermediate.status_code == 200
+    html = intermediate.content.decode()
+    assert f'name="revision_{refused.instance.id}" value="{refused.instance.revision}"' in html
+    data = {
+        "action": "continue_selected",
+        "_selected_action": ids,
+        "bulk_key": "admin-bulk-1",
+        "apply": "1",
+        "reason": "reviewed the batch",
+        "evidence_ref": "ticket:OPS-77",
+        "declaration": "on",
+        **{f"revision_{i}": str(s.instance.revision) for i, s in zip(ids, (refused, other), strict=True)},
+    }
+    html = operator.post(url, data).content.decode()
+    assert html.count('class="refused"') == 1 and html.count('class="ok"') == 1
+    assert "FAILED_PRECONDITION" in html
+    other.instance.refresh_from_db()
+    refused_after = type(refused.instance).objects.get(id=refused.instance.id)
+    assert other.instance.state == "RUNNING"
+    assert refused_after.revision == refused.instance.revision
+    again = operator.post(url, data).content.decode()
+    assert "applied earlier (same key, nothing done twice)" in again
