@@ -4,6 +4,7 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("v1/", include("history.urls")),
+    path("v1/", include("engine.urls")),
 ]
 
 handler404 = "weave_site.api.errors.api_not_found"
