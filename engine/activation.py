@@ -6,6 +6,7 @@ locked in the fixed order; none of them bumps the instance revision (the caller 
 
 import datetime as dt
 
+from engine.commands import is_text
 from engine.quota import Quota, permit_take
 from engine.state import touch
 from history import clock, exactjson
@@ -35,7 +36,7 @@ def correlation_key_of(*, instance: WorkflowInstance, source: str) -> str:
         return instance.business_key
     name = source.removeprefix("input.")
     value = exactjson.loads(instance.input)
-    if not isinstance(value, dict) or not isinstance(value.get(name), str):
+    if not isinstance(value, dict) or not is_text(value.get(name)):
         raise InvalidArgument(f"input.{name}: the definition correlates signals by this string field", field=source)
     return value[name]
 

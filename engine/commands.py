@@ -1,5 +1,6 @@
 """Validating client commands (field-named errors) and idempotency receipts."""
 
+import datetime as dt
 import hashlib
 import re
 from collections.abc import Callable
@@ -19,6 +20,11 @@ IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,128}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
+def is_text(value: Any) -> bool:
+    """A JSON string; a number literal (``exactjson.Number``, a str subclass) is not one."""
+    return isinstance(value, str) and not isinstance(value, exactjson.Number)
+
+
 def command_object(command: Any, *, allowed: tuple[str, ...]) -> dict:
     """The command as a JSON object with no unknown keys."""
     if not isinstance(command, dict):
@@ -35,7 +41,7 @@ def text_field(command: dict, key: str, *, max_length: int, required: bool = Tru
             raise InvalidArgument(f"{key}: is required", field=key)
         return ""
     value = command[key]
-    if not isinstance(value, str) or len(value) > max_length or "\x00" in value or (not blank and not value.strip()):
+    if not is_text(value) or len(value) > max_length or "\x00" in value or (not blank and not value.strip()):
         raise InvalidArgument(
             f"{key}: must be a {'' if blank else 'non-blank '}string of at most {max_length} characters", field=key
         )
@@ -52,12 +58,7 @@ def evidence_ref_field(command: dict) -> str:
     if "evidence_ref" not in command:
         return ""
     value = command["evidence_ref"]
-    if (
-        not isinstance(value, str)
-        or not 1 <= len(value) <= 512
-        or any(c.isspace() for c in value)
-        or _CONTROL.search(value)
-    ):
+    if not is_text(value) or not 1 <= len(value) <= 512 or any(c.isspace() for c in value) or _CONTROL.search(value):
         raise InvalidArgument(
             "evidence_ref: 1-512 characters without whitespace or control characters", field="evidence_ref"
         )
@@ -67,20 +68,20 @@ def evidence_ref_field(command: dict) -> str:
 def revision_field(command: dict, key: str) -> int:
     if key not in command:
         raise InvalidArgument(f"{key}: is required", field=key)
-    revision = parse_revision(command[key])
+    revision = parse_revision(command[key]) if is_text(command[key]) else None
     if revision is None:
         raise InvalidArgument(f'{key}: must be a decimal string revision ("12")', field=key)
     return revision
 
 
 def id_argument(value: Any, field: str) -> str:
-    if not is_id(value):
+    if not is_text(value) or not is_id(value):
         raise InvalidArgument(f"{field}: must be 32 lowercase hex characters", field=field)
     return value
 
 
 def idempotency_key_argument(key: Any) -> str:
-    if not isinstance(key, str) or IDEMPOTENCY_KEY.fullmatch(key) is None:
+    if not is_text(key) or IDEMPOTENCY_KEY.fullmatch(key) is None:
         raise InvalidArgument("Idempotency-Key: 1-128 printable ASCII characters", field="Idempotency-Key")
     return key
 
@@ -92,6 +93,14 @@ def instance_visible(*, identity: Identity, instance_id: str) -> tuple[WorkflowI
     if definition is None or not identity.can_access_queues(definition.queues):
         raise NotFound(f"workflow {instance_id} not found")
     return instance, definition
+
+
+def rfc3339(value: dt.datetime | None) -> str | None:
+    """UTC with ``Z``; no fraction when it is zero, otherwise exactly 6 digits."""
+    if value is None:
+        return None
+    text = value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{text}.{value.microsecond:06d}Z" if value.microsecond else f"{text}Z"
 
 
 @dataclass(frozen=True)

@@ -331,6 +331,6 @@ def poll_classify(*, step_spec: dict, result_text: str) -> str | None:
     if not isinstance(result, dict):
         return None
     value = result.get(mapping["field"])
-    if not isinstance(value, str):
+    if isinstance(value, exactjson.Number) or not isinstance(value, str):
         return None
     return mapping["values"].get(value)

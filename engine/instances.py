@@ -10,9 +10,11 @@ from engine.commands import (
     command_object,
     idempotency_key_argument,
     instance_visible,
+    is_text,
     reason_field,
     receipt_run,
     revision_field,
+    rfc3339,
     text_field,
 )
 from engine.definitions import MAX_SECONDS
@@ -39,13 +41,6 @@ START_FIELDS = ("definition", "version", "input", "business_key", "deadline_seco
 CONTROL_FIELDS = ("expected_control_revision", "reason")
 
 
-def _when(value: dt.datetime | None) -> str | None:
-    if value is None:
-        return None
-    text = value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{text}.{value.microsecond:06d}Z" if value.microsecond else f"{text}Z"
-
-
 def instance_summary(instance: WorkflowInstance, definition: WorkflowDefinition) -> dict:
     """The answer of start and control commands (revisions as decimal strings, absent never null)."""
     data: dict[str, Any] = {
@@ -57,18 +52,18 @@ def instance_summary(instance: WorkflowInstance, definition: WorkflowDefinition)
         "revision": str(instance.revision),
         "control_revision": str(instance.control_revision),
         "business_key": instance.business_key,
-        "created_at": _when(instance.created_at),
+        "created_at": rfc3339(instance.created_at),
     }
     if instance.stop_kind:
         data["stop_kind"] = instance.stop_kind
     if instance.deadline_at:
-        data["deadline_at"] = _when(instance.deadline_at)
+        data["deadline_at"] = rfc3339(instance.deadline_at)
     return data
 
 
 def _definition_of(*, identity: Identity, command: dict) -> WorkflowDefinition:
     name = command.get("definition")
-    if not isinstance(name, str) or not is_name(name):
+    if not is_text(name) or not is_name(name):
         raise InvalidArgument("definition: must be a definition name", field="definition")
     query = WorkflowDefinition.objects.filter(namespace_id=identity.namespace_id, name=name)
     if "version" in command:

@@ -12,12 +12,13 @@ from engine.commands import (
     evidence_ref_field,
     idempotency_key_argument,
     instance_visible,
+    is_text,
     reason_field,
     receipt_run,
+    rfc3339,
     text_field,
 )
 from engine.definitions import contract_violation
-from engine.instances import _when
 from engine.state import FINISHED, instance_enter_review, touch
 from history import clock, exactjson
 from history.errors import FailedPrecondition, InvalidArgument
@@ -76,7 +77,7 @@ def _target_step(definition: WorkflowDefinition, command: dict, name: str) -> tu
             )
         return matching[0]["key"], signal_spec_of(matching[0])
     key = command["target_step_key"]
-    if key == ROOT_STEP_KEY or not is_step_key(key):
+    if not is_text(key) or key == ROOT_STEP_KEY or not is_step_key(key):
         raise InvalidArgument("target_step_key: must be a step key of the definition", field="target_step_key")
     spec = signal_spec_of(definition.step_spec(key))
     if spec is None:
@@ -142,8 +143,8 @@ def signal_accept(
             "correlation_key": correlation_key,
             "target_step_key": step_key,
             "target_activation_sequence": sequence,
-            "accepted_at": _when(now),
-            "expires_at": _when(signal.expires_at),
+            "accepted_at": rfc3339(now),
+            "expires_at": rfc3339(signal.expires_at),
             "actor_id": identity.actor_id,
             "revision": str(signal.revision),
         }

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, Q
 
-from engine.commands import command_object, id_argument
+from engine.commands import command_object, id_argument, is_text
 from engine.quota import permit_release, quota_lock_for_task
 from engine.results import result_event_publish
 from engine.state import touch
@@ -52,7 +52,7 @@ def _lease_seconds(command: dict) -> int:
 
 def _worker_name(command: dict) -> str:
     worker = command.get("worker", "")
-    if not isinstance(worker, str) or not 1 <= len(worker) <= 128 or not worker.isprintable():
+    if not is_text(worker) or not 1 <= len(worker) <= 128 or not worker.isprintable():
         raise InvalidArgument("worker: 1-128 printable characters naming the worker", field="worker")
     return worker
 

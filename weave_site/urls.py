@@ -4,6 +4,7 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("v1/", include("history.urls")),
+    path("v1/", include("engine.urls")),
     path("v1/", include("recovery.urls")),
 ]
 

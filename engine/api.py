@@ -1,0 +1,159 @@
+"""The engine's JSON API: start, signal, pause/resume/cancel, and the worker protocol.
+
+Views are thin: check the scope (401 before 403), validate the path, call one service,
+render its answer in the envelope. Every bad input is a 400 naming its field.
+"""
+
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from engine.commands import Receipt, id_argument, rfc3339
+from engine.instances import instance_cancel, instance_pause, instance_resume, instance_start
+from engine.signals import signal_accept
+from engine.worker import task_claim, task_complete, task_heartbeat
+from history import exactjson
+from history.errors import InvalidArgument
+from history.models import Scope
+from history.tenancy import is_name
+from weave_site.api.permissions import scope_required
+from weave_site.api.request_id import request_id_of
+
+
+def _receipt_response(receipt: Receipt) -> Response:
+    response = Response(exactjson.Raw(receipt.data), status=receipt.status)
+    if receipt.replayed:
+        response["Idempotent-Replayed"] = "true"
+    return response
+
+
+def _idempotency_key(request):
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        raise InvalidArgument("Idempotency-Key: the header is required", field="Idempotency-Key")
+    return key
+
+
+class WorkflowStartView(APIView):
+    """POST /v1/workflows — start an instance (workflows:write, Idempotency-Key)."""
+
+    permission_classes = [scope_required(Scope.WRITE)]
+
+    def post(self, request):
+        receipt = instance_start(
+            identity=request.auth,
+            command=request.data,
+            idempotency_key=_idempotency_key(request),
+            request_id=request_id_of(request),
+        )
+        return _receipt_response(receipt)
+
+
+class WorkflowSignalView(APIView):
+    """POST /v1/workflows/{id}/signals — accept a signal (workflows:write, Idempotency-Key)."""
+
+    permission_classes = [scope_required(Scope.WRITE)]
+
+    def post(self, request, workflow_id):
+        receipt = signal_accept(
+            identity=request.auth,
+            instance_id=id_argument(workflow_id, "id"),
+            command=request.data,
+            idempotency_key=_idempotency_key(request),
+            request_id=request_id_of(request),
+        )
+        return _receipt_response(receipt)
+
+
+def _control_view(service, doc: str):
+    class ControlView(APIView):
+        __doc__ = doc
+        permission_classes = [scope_required(Scope.CONTROL)]
+
+        def post(self, request, workflow_id):
+            answer = service(
+                identity=request.auth,
+                instance_id=id_argument(workflow_id, "id"),
+                command=request.data,
+                request_id=request_id_of(request),
+            )
+            return Response(answer)
+
+    ControlView.__name__ = f"{service.__name__}_view"
+    return ControlView
+
+
+WorkflowPauseView = _control_view(instance_pause, "POST /v1/workflows/{id}/pause (workflows:control)")
+WorkflowResumeView = _control_view(instance_resume, "POST /v1/workflows/{id}/resume (workflows:control)")
+WorkflowCancelView = _control_view(instance_cancel, "POST /v1/workflows/{id}/cancel (workflows:control)")
+
+
+class QueueClaimView(APIView):
+    """POST /v1/queues/{queue}/claim — lease the next task of a queue (tasks:work)."""
+
+    permission_classes = [scope_required(Scope.TASKS_WORK)]
+
+    def post(self, request, queue):
+        if not is_name(queue):
+            raise InvalidArgument("queue: not a queue name", field="queue")
+        claim = task_claim(identity=request.auth, queue_name=queue, command=request.data)
+        if claim is None:
+            return Response({"claimed": False})
+        task, attempt = claim.task, claim.attempt
+        data = {
+            "claimed": True,
+            "task": {
+                "id": task.id,
+                "handler": task.handler,
+                "priority": task.priority,
+                "input": exactjson.Raw(task.input),
+                "business_key": task.business_key,
+                "concurrency_key": task.concurrency_key,
+                "revision": str(task.revision),
+                "attempt_count": task.attempt_count,
+                "max_attempts": task.max_attempts,
+            },
+            "attempt": {
+                "id": attempt.id,
+                "number": attempt.number,
+                "lease_expires_at": rfc3339(attempt.lease_expires_at),
+            },
+        }
+        if task.source_round is not None:
+            data["task"]["round"] = task.source_round
+        if task.deadline_at is not None:
+            data["task"]["deadline_at"] = rfc3339(task.deadline_at)
+        return Response(data)
+
+
+class TaskHeartbeatView(APIView):
+    """POST /v1/tasks/{id}/heartbeat — extend a lease (tasks:work)."""
+
+    permission_classes = [scope_required(Scope.TASKS_WORK)]
+
+    def post(self, request, task_id):
+        attempt = task_heartbeat(identity=request.auth, task_id=id_argument(task_id, "id"), command=request.data)
+        return Response(
+            {
+                "task_id": attempt.task_id,
+                "attempt_id": attempt.id,
+                "lease_expires_at": rfc3339(attempt.lease_expires_at),
+            }
+        )
+
+
+class TaskCompleteView(APIView):
+    """POST /v1/tasks/{id}/complete — finish an attempt with SUCCEEDED or FAILED (tasks:work)."""
+
+    permission_classes = [scope_required(Scope.TASKS_WORK)]
+
+    def post(self, request, task_id):
+        task = task_complete(identity=request.auth, task_id=id_argument(task_id, "id"), command=request.data)
+        return Response(
+            {
+                "task_id": task.id,
+                "state": task.state,
+                "revision": str(task.revision),
+                "attempt_count": task.attempt_count,
+                "max_attempts": task.max_attempts,
+            }
+        )
