@@ -27,9 +27,7 @@ def _same_text(data, expected):
     assert json.dumps(data) == json.dumps(expected)
 
 
-def test_page_two_of_a_recovered_step_lists_generation_one_while_the_current_is_generation_two(
-    namespace, reader, call
-):
+def test_page_two_of_a_recovered_step_lists_generation_one_while_the_current_is_generation_two(namespace, reader, call):
     instance = _seed_instance(namespace, revision=12)
     step = step_of(instance, "charge")
     activate(
