@@ -1,0 +1,328 @@
+"""The Weave API client."""
+
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
+
+import httpx
+
+from weave_sdk import types as t
+from weave_sdk.errors import ERROR_CLASSES, InvalidArgument, WeaveError, WeaveNetworkError, WeaveResponseError
+from weave_sdk.exactjson import dumps, loads
+
+P = TypeVar("P")
+ID = re.compile(r"[0-9a-f]{32}")
+STEP_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
+IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,128}")
+MAX_LIMIT = 100
+MAX_CURSOR_BYTES = 1024
+RECOVERY_OPERATIONS = ("review-task", "resolve-step", "continue-poll", "rearm-wait", "continue", "retry-step")
+
+
+def _check_id(value: object, field: str) -> str:
+    if not isinstance(value, str) or ID.fullmatch(value) is None:
+        raise InvalidArgument("INVALID_ARGUMENT", f"{field} must be 32 lowercase hexadecimal characters", field=field)
+    return value
+
+
+def _check_step_key(value: object) -> str:
+    if not isinstance(value, str) or not value.isascii() or STEP_KEY.fullmatch(value) is None:
+        raise InvalidArgument(
+            "INVALID_ARGUMENT", "key must be a step key of the definition ($root excluded)", field="key"
+        )
+    return value
+
+
+def _page_params(limit: int | None, cursor: str | None) -> dict[str, str]:
+    params = {}
+    if limit is not None:
+        if type(limit) is not int or not 1 <= limit <= MAX_LIMIT:
+            raise InvalidArgument("INVALID_ARGUMENT", f"limit must be an integer from 1 to {MAX_LIMIT}", field="limit")
+        params["limit"] = str(limit)
+    if cursor is not None and not isinstance(cursor, str):
+        raise InvalidArgument("INVALID_ARGUMENT", "cursor must be the text of a next_cursor", field="cursor")
+    if cursor:
+        if len(cursor.encode("utf-8")) > MAX_CURSOR_BYTES:
+            raise InvalidArgument("INVALID_ARGUMENT", f"cursor is longer than {MAX_CURSOR_BYTES} bytes", field="cursor")
+        params["cursor"] = cursor
+    return params
+
+
+def _expect(field: str, got: object, want: str) -> None:
+    if got != want:
+        raise WeaveResponseError("RESPONSE_MISMATCH", f"the answer's {field} is {got!r}, not {want!r}", field=field)
+
+
+class WeaveClient:
+    """``WeaveClient(base_url, token)``; use as a context manager or call ``close()``.
+
+    ``retries`` is how many times a request is sent again after a network error: reads are
+    re-read as they were (same path, same cursor); writes are re-sent only with their own
+    Idempotency-Key, so a retry can never create a second effect or a new identity.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 10.0,
+        retries: int = 2,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.retries = retries
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"),
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+            timeout=timeout,
+            transport=transport,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "WeaveClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # Transport
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> t.Response:
+        headers = {}
+        content = None
+        if body is not None:
+            content = dumps(body).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        if idempotency_key is not None:
+            if not isinstance(idempotency_key, str) or IDEMPOTENCY_KEY.fullmatch(idempotency_key) is None:
+                raise InvalidArgument(
+                    "INVALID_ARGUMENT", "Idempotency-Key must be 1-128 printable ASCII", field="Idempotency-Key"
+                )
+            headers["Idempotency-Key"] = idempotency_key
+        may_resend = method == "GET" or idempotency_key is not None
+        attempts = 1 + (self.retries if may_resend else 0)
+        last: Exception | None = None
+        for _ in range(attempts):
+            try:
+                response = self._http.request(method, path, params=params, content=content, headers=headers)
+            except httpx.TransportError as exc:
+                last = exc
+                continue
+            return self._decode(response)
+        raise WeaveNetworkError("NETWORK_ERROR", f"{method} {path} failed: {last}") from last
+
+    @staticmethod
+    def _decode(response: httpx.Response) -> t.Response:
+        request_id = response.headers.get("X-Request-Id")
+        try:
+            envelope = loads(response.text)
+        except ValueError:
+            envelope = None
+        if not isinstance(envelope, dict):
+            raise WeaveError(
+                "BAD_RESPONSE",
+                f"HTTP {response.status_code} without a JSON envelope",
+                request_id=request_id,
+                status=response.status_code,
+            )
+        request_id = envelope.get("request_id", request_id)
+        if response.status_code >= 400:
+            error = envelope.get("error") if isinstance(envelope.get("error"), dict) else {}
+            code = str(error.get("code", "UNKNOWN"))
+            raise ERROR_CLASSES.get(code, WeaveError)(
+                code,
+                str(error.get("message", f"HTTP {response.status_code}")),
+                field=error.get("field"),
+                request_id=request_id,
+                status=response.status_code,
+            )
+        if "data" not in envelope:
+            raise WeaveResponseError("BAD_RESPONSE", "the envelope has no data", request_id=request_id)
+        replayed = response.headers.get("Idempotent-Replayed", "").lower() == "true"
+        return t.Response(data=envelope["data"], request_id=request_id, replayed=replayed)
+
+    def _get(self, cls: type[P], path: str, params: Mapping[str, str] | None = None) -> P:
+        return t.decode(cls, self._send("GET", path, params=params).data)
+
+    # Pages
+
+    def iter_pages(self, list_method: Callable[..., P], *args: str, limit: int | None = None) -> Iterator[P]:
+        """Every page of a list, from page 1: ``iter_pages(client.list_workflow_signals, workflow_id)``."""
+        cursor = ""
+        while True:
+            page = list_method(*args, limit=limit, cursor=cursor)
+            yield page
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def iter_items(self, list_method: Callable[..., Any], *args: str, limit: int | None = None) -> Iterator[Any]:
+        for page in self.iter_pages(list_method, *args, limit=limit):
+            yield from page.items
+
+    # History reads (SPEC §6)
+
+    def list_workflow_activations(
+        self, workflow_id: str, step_key: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> t.ActivationPage:
+        _check_id(workflow_id, "id"), _check_step_key(step_key)
+        page = self._get(
+            t.ActivationPage, f"/v1/workflows/{workflow_id}/steps/{step_key}/activations", _page_params(limit, cursor)
+        )
+        _expect("instance_id", page.instance_id, workflow_id)
+        for item in page.items:
+            _expect("items[].step_id", item.step_id, page.step_id)
+        return page
+
+    def get_workflow_activation(self, workflow_id: str, step_key: str, activation_id: str) -> t.ActivationDetail:
+        _check_id(workflow_id, "id"), _check_step_key(step_key), _check_id(activation_id, "activation")
+        detail = self._get(
+            t.ActivationDetail, f"/v1/workflows/{workflow_id}/steps/{step_key}/activations/{activation_id}"
+        )
+        _expect("instance_id", detail.instance_id, workflow_id)
+        _expect("step.key", detail.step.key, step_key)
+        _expect("activation.id", detail.activation.id, activation_id)
+        _expect("activation.step_id", detail.activation.step_id, detail.step.id)
+        return detail
+
+    def list_workflow_poll_rounds(
+        self,
+        workflow_id: str,
+        step_key: str,
+        activation_id: str,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> t.PollRoundPage:
+        _check_id(workflow_id, "id"), _check_step_key(step_key), _check_id(activation_id, "activation")
+        path = f"/v1/workflows/{workflow_id}/steps/{step_key}/activations/{activation_id}/rounds"
+        page = self._get(t.PollRoundPage, path, _page_params(limit, cursor))
+        _expect("instance_id", page.instance_id, workflow_id)
+        _expect("activation_id", page.activation_id, activation_id)
+        for item in page.items:
+            _expect("items[].activation_id", item.activation_id, activation_id)
+        return page
+
+    def list_workflow_signals(
+        self, workflow_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> t.SignalPage:
+        _check_id(workflow_id, "id")
+        page = self._get(t.SignalPage, f"/v1/workflows/{workflow_id}/signals", _page_params(limit, cursor))
+        _expect("workflow_id", page.workflow_id, workflow_id)
+        for item in page.items:
+            _expect("items[].workflow_id", item.workflow_id, workflow_id)
+        return page
+
+    def get_workflow_signal(self, workflow_id: str, signal_id: str) -> t.Signal:
+        _check_id(workflow_id, "id"), _check_id(signal_id, "signal")
+        signal = self._get(t.Signal, f"/v1/workflows/{workflow_id}/signals/{signal_id}")
+        _expect("workflow_id", signal.workflow_id, workflow_id)
+        _expect("id", signal.id, signal_id)
+        return signal
+
+    def list_workflow_signal_operations(
+        self, workflow_id: str, signal_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> t.SignalOperationPage:
+        _check_id(workflow_id, "id"), _check_id(signal_id, "signal")
+        path = f"/v1/workflows/{workflow_id}/signals/{signal_id}/operations"
+        page = self._get(t.SignalOperationPage, path, _page_params(limit, cursor))
+        for item in page.items:
+            _expect("items[].workflow_id", item.workflow_id, workflow_id)
+            _expect("items[].signal_id", item.signal_id, signal_id)
+        return page
+
+    def get_workflow_signal_operation(self, workflow_id: str, signal_id: str, operation: str) -> t.SignalOperation:
+        """``operation`` is the audit record's own id, never its operation_id."""
+        _check_id(workflow_id, "id"), _check_id(signal_id, "signal"), _check_id(operation, "operation")
+        record = self._get(t.SignalOperation, f"/v1/workflows/{workflow_id}/signals/{signal_id}/operations/{operation}")
+        _expect("workflow_id", record.workflow_id, workflow_id)
+        _expect("signal_id", record.signal_id, signal_id)
+        _expect("id", record.id, operation)
+        return record
+
+    def get_workflow(self, workflow_id: str) -> t.Workflow:
+        _check_id(workflow_id, "id")
+        workflow = self._get(t.Workflow, f"/v1/workflows/{workflow_id}")
+        _expect("id", workflow.id, workflow_id)
+        return workflow
+
+    def get_workflow_task(self, workflow_id: str, task_id: str) -> t.WorkflowTask:
+        _check_id(workflow_id, "id"), _check_id(task_id, "task")
+        detail = self._get(t.WorkflowTask, f"/v1/workflows/{workflow_id}/tasks/{task_id}")
+        _expect("instance_id", detail.instance_id, workflow_id)
+        _expect("task.id", detail.task.id, task_id)
+        return detail
+
+    def list_workflow_operations(
+        self, workflow_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> t.WorkflowOperationPage:
+        _check_id(workflow_id, "id")
+        page = self._get(
+            t.WorkflowOperationPage, f"/v1/workflows/{workflow_id}/operations", _page_params(limit, cursor)
+        )
+        _expect("workflow_id", page.workflow_id, workflow_id)
+        for item in page.items:
+            _expect("items[].workflow_id", item.workflow_id, workflow_id)
+        return page
+
+    # Writes
+
+    def recover(
+        self, workflow_id: str, operation: str, *, idempotency_key: str, command: Mapping[str, Any]
+    ) -> t.Response:
+        """One of the six recovery operations; ``data`` is the typed Receipt."""
+        _check_id(workflow_id, "id")
+        if operation not in RECOVERY_OPERATIONS:
+            raise InvalidArgument(
+                "INVALID_ARGUMENT", f"operation must be one of {RECOVERY_OPERATIONS}", field="operation"
+            )
+        answer = self._send(
+            "POST", f"/v1/workflows/{workflow_id}/recovery/{operation}", body=command, idempotency_key=idempotency_key
+        )
+        receipt = t.decode(t.Receipt, answer.data)
+        _expect("workflow_id", receipt.workflow_id, workflow_id)
+        return t.Response(data=receipt, request_id=answer.request_id, replayed=answer.replayed)
+
+    def review_task(self, workflow_id: str, *, idempotency_key: str, command: Mapping[str, Any]) -> t.Response:
+        return self.recover(workflow_id, "review-task", idempotency_key=idempotency_key, command=command)
+
+    def resolve_step(self, workflow_id: str, *, idempotency_key: str, command: Mapping[str, Any]) -> t.Response:
+        return self.recover(workflow_id, "resolve-step", idempotency_key=idempotency_key, command=command)
+
+    def continue_poll(self, workflow_id: str, *, idempotency_key: str, command: Mapping[str, Any]) -> t.Response:
+        return self.recover(workflow_id, "continue-poll", idempotency_key=idempotency_key, command=command)
+
+    def rearm_wait(self, workflow_id: str, *, idempotency_key: str, command: Mapping[str, Any]) -> t.Response:
+        return self.recover(workflow_id, "rearm-wait", idempotency_key=idempotency_key, command=command)
+
+    def continue_workflow(self, workflow_id: str, *, idempotency_key: str, command: Mapping[str, Any]) -> t.Response:
+        return self.recover(workflow_id, "continue", idempotency_key=idempotency_key, command=command)
+
+    def retry_step(self, workflow_id: str, *, idempotency_key: str, command: Mapping[str, Any]) -> t.Response:
+        return self.recover(workflow_id, "retry-step", idempotency_key=idempotency_key, command=command)
+
+    def start_workflow(self, *, idempotency_key: str, command: Mapping[str, Any]) -> t.Response:
+        """POST /v1/workflows; ``data`` is the answer as JSON (client bodies as RawJSON)."""
+        return self._send("POST", "/v1/workflows", body=command, idempotency_key=idempotency_key)
+
+    def send_signal(
+        self, workflow_id: str, *, command: Mapping[str, Any], idempotency_key: str | None = None
+    ) -> t.Response:
+        """POST /v1/workflows/{id}/signals; without an Idempotency-Key it is never re-sent."""
+        _check_id(workflow_id, "id")
+        answer = self._send(
+            "POST", f"/v1/workflows/{workflow_id}/signals", body=command, idempotency_key=idempotency_key
+        )
+        if isinstance(answer.data, dict) and "workflow_id" in answer.data:
+            _expect("workflow_id", answer.data["workflow_id"], workflow_id)
+        return answer

@@ -1,0 +1,366 @@
+"""Typed results of the Weave API, decoded strictly from the response ``data``.
+
+A field with a default is optional (absent in the answer → ``None``); every other field must
+be present with its type. Revisions arrive as decimal strings and are ``int`` here; times
+are aware UTC ``datetime``; client JSON stays ``RawJSON``. Unknown keys are ignored, so a
+newer server stays readable.
+"""
+
+import dataclasses
+import datetime as dt
+import re
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from weave_sdk.errors import WeaveResponseError
+from weave_sdk.exactjson import RawJSON
+
+T = TypeVar("T")
+REVISION_FIELDS = frozenset({"revision", "control_revision"})
+_REVISION = re.compile(r"[1-9][0-9]{0,19}")
+_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{6})?Z")
+
+model = dataclass(frozen=True, kw_only=True)
+
+
+@model
+class TaskSummary:
+    id: str
+    state: str
+    revision: int
+    attempt_count: int
+    max_attempts: int
+
+
+@model
+class ActivationItem:
+    id: str
+    step_id: str
+    sequence: int
+    state: str
+    revision: int
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    task_id: str | None = None
+    completed_at: dt.datetime | None = None
+
+
+@model
+class CurrentActivation(ActivationItem):
+    task: TaskSummary | None = None
+
+
+@model
+class StepView:
+    id: str
+    key: str
+    kind: str
+    state: str
+    revision: int
+    current_activation_id: str | None = None
+    resolution: dict | None = None
+    current_activation: CurrentActivation | None = None
+
+
+@model
+class ActivationPage:
+    instance_id: str
+    revision: int
+    step_id: str
+    items: list[ActivationItem]
+    current_activation_id: str | None = None
+    next_cursor: str | None = None
+
+
+@model
+class PollSection:
+    first_round: int
+    first_round_attempts_used: int
+    used_rounds: int
+    max_rounds: int
+    attempts_per_round: int
+    interval_seconds: int
+    poll_deadline_at: dt.datetime
+    round_deadline_at: dt.datetime
+    last_task_id: str | None = None
+    next_round_at: dt.datetime | None = None
+    last_round_classification: str | None = None
+
+
+@model
+class WaitSection:
+    id: str
+    kind: str
+    generation: int
+    state: str
+    deadline_at: dt.datetime
+    fire_at: dt.datetime | None = None
+    winner_signal_id: str | None = None
+
+
+@model
+class ActivationDetail:
+    instance_id: str
+    revision: int
+    step: StepView
+    activation: ActivationItem
+    input: RawJSON
+    # None: no output stored; RawJSON("null"): an explicit null output.
+    output: RawJSON | None = None
+    poll: PollSection | None = None
+    wait: WaitSection | None = None
+
+
+@model
+class PollRound:
+    id: str
+    activation_id: str
+    round: int
+    task_id: str
+    created_at: dt.datetime
+
+
+@model
+class PollRoundPage:
+    instance_id: str
+    revision: int
+    activation_id: str
+    items: list[PollRound]
+    next_cursor: str | None = None
+
+
+@model
+class SignalItem:
+    id: str
+    workflow_id: str
+    revision: int
+    name: str
+    payload_version: str
+    target_step_key: str
+    target_activation_sequence: int
+    state: str
+    accepted_at: dt.datetime
+    expires_at: dt.datetime
+    disposition: str | None = None
+
+
+@model
+class Signal(SignalItem):
+    payload: RawJSON
+    correlation_key: str
+    actor_id: str
+    evidence_ref: str | None = None
+    consumed_wait_id: str | None = None
+
+
+@model
+class SignalPage:
+    workflow_id: str
+    revision: int
+    items: list[SignalItem]
+    next_cursor: str | None = None
+
+
+@model
+class SignalOperationItem:
+    id: str
+    workflow_id: str
+    signal_id: str
+    operation_id: str
+    actor_id: str
+    action: str
+    created_at: dt.datetime
+
+
+@model
+class SignalOperation(SignalOperationItem):
+    reason: str
+    before: RawJSON
+    after: RawJSON
+    evidence_ref: str | None = None
+
+
+@model
+class SignalOperationPage:
+    items: list[SignalOperationItem]
+    next_cursor: str | None = None
+
+
+@model
+class WorkflowOperation:
+    id: str
+    workflow_id: str
+    operation_id: str
+    actor_id: str
+    action: str
+    reason: str
+    before: RawJSON
+    after: RawJSON
+    created_at: dt.datetime
+    step_key: str | None = None
+    activation_id: str | None = None
+    execution_audit_id: str | None = None
+    evidence_ref: str | None = None
+
+
+@model
+class WorkflowOperationPage:
+    workflow_id: str
+    revision: int
+    items: list[WorkflowOperation]
+    next_cursor: str | None = None
+
+
+@model
+class DefinitionRef:
+    name: str
+    version: int
+
+
+@model
+class Workflow:
+    id: str
+    namespace: str
+    definition: DefinitionRef
+    state: str
+    paused: bool
+    revision: int
+    control_revision: int
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    steps: list[StepView]
+    eligibility: dict
+    stop_kind: str | None = None
+    deadline_at: dt.datetime | None = None
+    review_reason: str | None = None
+    completed_at: dt.datetime | None = None
+
+
+@model
+class Attempt:
+    id: str
+    number: int
+    worker: str
+    state: str
+    started_at: dt.datetime
+    lease_expires_at: dt.datetime | None = None
+    finished_at: dt.datetime | None = None
+    result: RawJSON | None = None
+
+
+@model
+class Task:
+    id: str
+    step_key: str
+    activation_id: str
+    activation_sequence: int
+    queue: str
+    handler: str
+    priority: int
+    state: str
+    revision: int
+    attempt_count: int
+    max_attempts: int
+    input: RawJSON
+    execution_settled: bool
+    permit_held: bool
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    attempts: list[Attempt]
+    round: int | None = None
+    deadline_at: dt.datetime | None = None
+    latest_start_at: dt.datetime | None = None
+    outcome: str | None = None
+    result: RawJSON | None = None
+    review_conclusion: str | None = None
+    retry_of: str | None = None
+
+
+@model
+class WorkflowTask:
+    instance_id: str
+    revision: int
+    task: Task
+
+
+@model
+class Receipt:
+    """The answer of a recovery operation (SPEC §7)."""
+
+    operation_id: str
+    operation: str
+    workflow_id: str
+    revision: int
+    control_revision: int
+    state: str
+    paused: bool
+    execution_operation_id: str | None = None
+    step_key: str | None = None
+    activation_id: str | None = None
+    activation_sequence: int | None = None
+    task_id: str | None = None
+
+
+@model
+class Response:
+    """A decoded answer: the typed ``data`` plus what the envelope and headers said."""
+
+    data: Any
+    request_id: str
+    replayed: bool = False
+
+
+def decode(cls: type[T], value: Any, path: str = "data") -> T:
+    """``value`` as an instance of the dataclass ``cls``, or WeaveResponseError naming the path."""
+    if not isinstance(value, dict):
+        raise _bad(path, "an object")
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for field in dataclasses.fields(cls):
+        name = field.name
+        optional = field.default is not dataclasses.MISSING
+        if name not in value:
+            if not optional:
+                raise _bad(f"{path}.{name}", "present")
+            continue
+        kwargs[name] = _field(hints[name], value[name], f"{path}.{name}", revision=name in REVISION_FIELDS)
+    return cls(**kwargs)
+
+
+def _field(hint: Any, value: Any, path: str, *, revision: bool = False) -> Any:
+    if isinstance(hint, types.UnionType):
+        (hint,) = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+    if typing.get_origin(hint) is list:
+        if not isinstance(value, list):
+            raise _bad(path, "a list")
+        (item,) = typing.get_args(hint)
+        return [_field(item, element, f"{path}[{i}]") for i, element in enumerate(value)]
+    if hint is RawJSON:
+        if not isinstance(value, RawJSON):
+            raise _bad(path, "client JSON")
+        return value
+    if dataclasses.is_dataclass(hint):
+        return decode(hint, value, path)
+    if revision:
+        return decode_revision(value, path)
+    if hint is dt.datetime:
+        if not isinstance(value, str) or _TIME.fullmatch(value) is None:
+            raise _bad(path, "an RFC 3339 UTC time")
+        return dt.datetime.fromisoformat(value)
+    if hint is int and type(value) is not int:
+        raise _bad(path, "an integer")
+    if hint in (str, bool, dict) and type(value) is not hint:
+        raise _bad(path, f"a {hint.__name__}")
+    return value
+
+
+def decode_revision(value: Any, path: str) -> int:
+    if not isinstance(value, str) or _REVISION.fullmatch(value) is None or int(value) > 2**64 - 1:
+        raise _bad(path, "a revision as a decimal string")
+    return int(value)
+
+
+def _bad(path: str, expected: str) -> WeaveResponseError:
+    return WeaveResponseError("BAD_RESPONSE", f"{path} is not {expected}", field=path)

@@ -1,0 +1,97 @@
+"""Every read endpoint runs a fixed number of SQL queries, whatever the page size and history size.
+
+Baselines per endpoint, NetBox style: a change that adds a query per row fails here. The
+large history is bulk-inserted (10 000 rows of each list) to keep the test fast.
+"""
+
+import datetime as dt
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from history import clock
+from history.ids import new_id
+from history.models import PollRound, Task, WorkflowOperation
+from tests.conftest import bearer
+from tests.history.conftest import ENDPOINTS, LISTS
+
+# Authentication (1) + instance (1) + definition (1), then what each endpoint reads itself.
+BASELINE = {
+    "instance": 7,  # + namespace, steps, current activations, their tasks
+    "activations": 5,  # + step, page
+    "activation": 6,  # + step, requested and current activation, current task
+    "rounds": 9,  # + step, activation, fixed queue, gate, page, the page's tasks
+    "signals": 4,  # + page
+    "signal": 4,  # + signal
+    "signal_operations": 5,  # + signal, page
+    "signal_operation": 5,  # + signal, record
+    "task": 8,  # + task, activation, step, fixed queue, attempts
+    "operations": 4,  # + page
+}
+WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
+ROWS = 10_000
+
+
+def _queries(api, token, path, limit):
+    query = {"limit": str(limit)} if limit else None
+    with CaptureQueriesContext(connection) as captured:
+        response = api.get(path, query, **bearer(token))
+    assert response.status_code == 200, response.content
+    statements = [q["sql"].lstrip().upper() for q in captured.captured_queries]
+    assert not [s for s in statements if s.startswith(WRITES)], "a read wrote"
+    return len(statements)
+
+
+def _measure(history, api, token_for):
+    counts = {}
+    for name in ENDPOINTS:
+        path, scope, is_list = history.paths[name]
+        token = token_for(scope)
+        for limit in (1, 100) if is_list else (None,):
+            counts[(name, limit)] = _queries(api, token, path, limit)
+    return counts
+
+
+def _clone(template, vary) -> None:
+    """Insert copies of ``template``'s row, one per dict of ``vary`` (attname -> value), in one statement."""
+    meta = template._meta
+    fields = meta.concrete_fields
+    base = [field.get_db_prep_save(getattr(template, field.attname), connection) for field in fields]
+    index = {field.attname: position for position, field in enumerate(fields)}
+    rows = []
+    for changes in vary:
+        row = list(base)
+        for attname, value in changes.items():
+            row[index[attname]] = fields[index[attname]].get_db_prep_save(value, connection)
+        rows.append(row)
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(field.column) for field in fields)
+    marks = ", ".join(["%s"] * len(fields))
+    with connection.cursor() as cursor:
+        cursor.executemany(f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({marks})", rows)
+
+
+def _bulk_history(history):
+    """ROWS more rows in every list the endpoints read, each newer than the existing ones."""
+    start = clock.now() + dt.timedelta(seconds=1)
+    later = [start + dt.timedelta(microseconds=n) for n in range(ROWS)]
+    _clone(history.charge, ({"id": new_id(), "sequence": n + 2, "created_at": t} for n, t in enumerate(later)))
+    first_round = PollRound.objects.get(activation=history.poll)
+    task_ids = [new_id() for _ in range(ROWS)]
+    _clone(Task.objects.get(id=first_round.task_id), ({"id": i, "source_round": n + 2} for n, i in enumerate(task_ids)))
+    _clone(first_round, ({"id": new_id(), "round": n + 2, "task_id": i} for n, i in enumerate(task_ids)))
+    _clone(history.signal, ({"id": new_id(), "accepted_at": t} for t in later))
+    _clone(history.operation, ({"id": new_id(), "created_at": t} for t in later))
+    _clone(WorkflowOperation.objects.get(workflow=history.workflow), ({"id": new_id(), "created_at": t} for t in later))
+
+
+def test_every_read_runs_a_constant_number_of_queries_whatever_the_limit_and_history(history, api, token_for):
+    small = _measure(history, api, token_for)
+    _bulk_history(history)
+    large = _measure(history, api, token_for)
+
+    assert small == large
+    assert PollRound.objects.filter(activation=history.poll).count() == ROWS + 1
+    assert {name: count for (name, _), count in small.items()} == BASELINE
+    for name in LISTS:
+        assert small[(name, 1)] == small[(name, 100)]

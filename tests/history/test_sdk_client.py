@@ -1,0 +1,239 @@
+"""The SDK on its own, against httpx.MockTransport: validation, decoding, checks, retries."""
+
+import json
+import subprocess
+import sys
+
+import httpx
+import pytest
+from weave_sdk import (
+    InvalidArgument,
+    NotFound,
+    RawJSON,
+    WeaveClient,
+    WeaveNetworkError,
+    WeaveResponseError,
+)
+
+W, S, A, G = "1" * 32, "2" * 32, "3" * 32, "9" * 32
+ITEM = {
+    "id": A,
+    "step_id": S,
+    "sequence": 1,
+    "state": "FAILED",
+    "revision": "3",
+    "task_id": "5" * 32,
+    "created_at": "2026-09-18T08:00:00Z",
+    "updated_at": "2026-09-18T08:00:01.000500Z",
+}
+PAGE = {"instance_id": W, "revision": "12", "step_id": S, "items": [ITEM]}
+
+
+class Server:
+    """Answers from a list of (status, body text or exception); records every request."""
+
+    def __init__(self, *answers, headers=None):
+        self.answers = list(answers)
+        self.requests = []
+        self.headers = headers or {}
+
+    def __call__(self, request):
+        self.requests.append(request)
+        status, body = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(body, Exception):
+            raise body
+        text = body if isinstance(body, str) else json.dumps({"request_id": "a" * 32, "data": body})
+        return httpx.Response(status, text=text, headers={"X-Request-Id": "a" * 32} | self.headers)
+
+
+def client_for(server):
+    return WeaveClient("http://weave.test", "weave_token", transport=httpx.MockTransport(server))
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda c: c.get_workflow("A" * 32), "id"),
+        (lambda c: c.get_workflow("1" * 31), "id"),
+        (lambda c: c.list_workflow_activations(W, "$root"), "key"),
+        (lambda c: c.list_workflow_activations(W, "-x"), "key"),
+        (lambda c: c.list_workflow_activations(W, "k" * 65), "key"),
+        (lambda c: c.get_workflow_activation(W, "charge", "nope"), "activation"),
+        (lambda c: c.list_workflow_signals(W, limit=0), "limit"),
+        (lambda c: c.list_workflow_signals(W, limit=101), "limit"),
+        (lambda c: c.list_workflow_signals(W, limit=True), "limit"),
+        (lambda c: c.list_workflow_signals(W, limit="5"), "limit"),
+        (lambda c: c.list_workflow_signals(W, cursor="x" * 1025), "cursor"),
+        (lambda c: c.list_workflow_signals(W, cursor=5), "cursor"),
+        (lambda c: c.get_workflow_signal_operation(W, G, "op"), "operation"),
+        (lambda c: c.get_workflow_task(W, ""), "task"),
+        (lambda c: c.retry_step(W, idempotency_key="", command={}), "Idempotency-Key"),
+        (lambda c: c.retry_step(W, idempotency_key="a b", command={}), "Idempotency-Key"),
+        (lambda c: c.recover(W, "undo", idempotency_key="k1", command={}), "operation"),
+    ],
+)
+def test_invalid_ids_keys_limits_and_cursors_are_refused_before_sending(call, field):
+    server = Server((200, {}))
+    with pytest.raises(InvalidArgument) as refused:
+        call(client_for(server))
+    assert (refused.value.field, refused.value.status, refused.value.code) == (field, None, "INVALID_ARGUMENT")
+    assert server.requests == []
+
+
+def test_limit_none_leaves_the_parameter_out_and_an_empty_cursor_means_page_one():
+    server = Server((200, PAGE))
+    client = client_for(server)
+    client.list_workflow_activations(W, "charge", limit=None, cursor="")
+    client.list_workflow_activations(W, "charge", limit=5, cursor="abc:def")
+    assert [dict(r.url.params) for r in server.requests] == [{}, {"limit": "5", "cursor": "abc:def"}]
+    assert server.requests[0].url.path == f"/v1/workflows/{W}/steps/charge/activations"
+    assert server.requests[0].headers["Authorization"] == "Bearer weave_token"
+
+
+def test_revisions_decode_to_int_times_to_utc_and_optional_fields_to_none():
+    page = client_for(Server((200, PAGE))).list_workflow_activations(W, "charge")
+    (item,) = page.items
+    assert (page.revision, item.revision, item.sequence) == (12, 3, 1)
+    assert item.updated_at.microsecond == 500 and item.updated_at.utcoffset().total_seconds() == 0
+    assert page.next_cursor is None and page.current_activation_id is None and item.completed_at is None
+
+
+def _detail(output_text):
+    step = {"id": S, "key": "charge", "kind": "TASK", "state": "ACTIVE", "revision": "2"}
+    text = (
+        f'{{"request_id":"{"a" * 32}","data":{{"instance_id":"{W}","revision":"12","step":{json.dumps(step)},'
+        f'"activation":{json.dumps(ITEM)},"input":{{"amount":1.10,"n":12345678901234567890123}}{output_text}}}}}'
+    )
+    return client_for(Server((200, text))).get_workflow_activation(W, "charge", A)
+
+
+def test_client_json_is_kept_exact_and_an_absent_output_differs_from_null():
+    absent = _detail("")
+    assert absent.input == RawJSON('{"amount":1.10,"n":12345678901234567890123}')
+    assert str(absent.input.value()["amount"]) == "1.10" and absent.input.value()["n"] == 12345678901234567890123
+    assert absent.output is None
+    assert _detail(',"output":null').output == RawJSON("null")
+    assert _detail(',"output": {"x": 1.50}').output == RawJSON('{"x": 1.50}')
+
+
+@pytest.mark.parametrize(
+    ("call", "body"),
+    [
+        (lambda c: c.list_workflow_activations(W, "charge"), PAGE | {"instance_id": G}),
+        (lambda c: c.list_workflow_activations(W, "charge"), PAGE | {"items": [ITEM | {"step_id": G}]}),
+        (lambda c: c.list_workflow_signals(W), {"workflow_id": G, "revision": "1", "items": []}),
+        (
+            lambda c: c.list_workflow_poll_rounds(W, "settle", A),
+            {"instance_id": W, "revision": "1", "activation_id": G, "items": []},
+        ),
+        (
+            lambda c: c.list_workflow_signal_operations(W, G),
+            {
+                "items": [
+                    {
+                        "id": A,
+                        "workflow_id": W,
+                        "signal_id": "8" * 32,
+                        "operation_id": A,
+                        "actor_id": A,
+                        "action": "workflow.signal",
+                        "created_at": "2026-09-18T08:00:00Z",
+                    }
+                ]
+            },
+        ),
+    ],
+)
+def test_an_answer_whose_parent_ids_do_not_match_the_request_is_an_error(call, body):
+    with pytest.raises(WeaveResponseError) as refused:
+        call(client_for(Server((200, body))))
+    assert refused.value.code == "RESPONSE_MISMATCH"
+
+
+@pytest.mark.parametrize("revision", ["012", "0", 12, "18446744073709551616", "1.0"])
+def test_a_revision_that_is_not_a_decimal_string_is_a_response_error(revision):
+    with pytest.raises(WeaveResponseError):
+        client_for(Server((200, PAGE | {"revision": revision}))).list_workflow_activations(W, "charge")
+
+
+def test_an_error_answer_raises_with_code_message_field_request_id_and_status():
+    body = '{"request_id":"' + "b" * 32 + '","error":{"code":"NOT_FOUND","message":"workflow not found"}}'
+    with pytest.raises(NotFound) as refused:
+        client_for(Server((404, body))).get_workflow(W)
+    error = refused.value
+    assert (error.code, error.message, error.field, error.request_id, error.status) == (
+        "NOT_FOUND",
+        "workflow not found",
+        None,
+        "b" * 32,
+        404,
+    )
+
+
+def test_a_network_error_on_a_read_re_reads_the_same_resource():
+    server = Server((0, httpx.ConnectError("down")), (200, PAGE))
+    page = client_for(server).list_workflow_activations(W, "charge", limit=1, cursor="c:1")
+    assert page.instance_id == W
+    assert [str(r.url) for r in server.requests] == [str(server.requests[0].url)] * 2
+
+
+def test_a_read_that_keeps_failing_raises_a_network_error_after_the_retries():
+    server = Server((0, httpx.ReadTimeout("slow")))
+    with pytest.raises(WeaveNetworkError):
+        client_for(server).get_workflow(W)
+    assert len(server.requests) == 3
+
+
+def test_a_write_is_re_sent_only_with_its_own_idempotency_key():
+    receipt = {
+        "operation_id": A,
+        "operation": "retry_step",
+        "workflow_id": W,
+        "revision": "8",
+        "control_revision": "3",
+        "state": "NEEDS_REVIEW",
+        "paused": False,
+        "activation_sequence": 2,
+    }
+    server = Server((0, httpx.ConnectError("down")), (200, receipt), headers={"Idempotent-Replayed": "true"})
+    command = {"expected_revision": "7", "result": RawJSON('{"paid":1.10}')}
+    answer = client_for(server).retry_step(W, idempotency_key="key-1", command=command)
+    assert (answer.data.revision, answer.data.activation_sequence, answer.replayed) == (8, 2, True)
+    assert [r.headers["Idempotency-Key"] for r in server.requests] == ["key-1", "key-1"]
+    assert {r.content for r in server.requests} == {b'{"expected_revision":"7","result":{"paid":1.10}}'}
+
+    unkeyed = Server((0, httpx.ConnectError("down")))
+    with pytest.raises(WeaveNetworkError):
+        client_for(unkeyed).send_signal(W, command={"name": "approved"})
+    assert len(unkeyed.requests) == 1
+
+
+def test_a_receipt_for_another_workflow_is_an_error():
+    receipt = {
+        "operation_id": A,
+        "operation": "continue",
+        "workflow_id": G,
+        "revision": "8",
+        "control_revision": "3",
+        "state": "RUNNING",
+        "paused": False,
+    }
+    with pytest.raises(WeaveResponseError):
+        client_for(Server((200, receipt))).continue_workflow(W, idempotency_key="k", command={})
+
+
+def test_iter_items_walks_every_page_from_page_one():
+    second = PAGE | {"items": [ITEM | {"id": G, "sequence": 1}]}
+    first = PAGE | {"items": [ITEM | {"sequence": 2}], "next_cursor": "next:1"}
+    server = Server((200, first), (200, second))
+    client = client_for(server)
+    items = list(client.iter_items(client.list_workflow_activations, W, "charge", limit=1))
+    assert [i.sequence for i in items] == [2, 1]
+    assert [dict(r.url.params) for r in server.requests] == [{"limit": "1"}, {"limit": "1", "cursor": "next:1"}]
+
+
+def test_the_sdk_imports_no_server_code():
+    server = "{'history', 'weave_site', 'django', 'rest_framework', 'engine', 'recovery'}"
+    code = f"import sys, weave_sdk; print(sorted({{m.split('.')[0] for m in sys.modules}} & {server}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,108 @@
+"""The SDK end to end against a live server, on rows built with the factories."""
+
+import pytest
+from weave_sdk import InvalidArgument, NotFound, PermissionDenied, RawJSON, WeaveClient
+
+from history.models import ActivationState, AttemptState, Scope
+from tests.factories import (
+    AttemptFactory,
+    SignalOperationFactory,
+    WorkflowOperationFactory,
+    accept_signal,
+    activate,
+    poll_round,
+    step_of,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def recovered(workflow):
+    """A TASK step recovered twice, a POLL round re-run in a second activation, a signal and its audit."""
+    charge = step_of(workflow, "charge")
+    activate(charge, state=ActivationState.FAILED)
+    activate(charge, state=ActivationState.FAILED)
+    current = activate(charge, input='{"amount":1.10}', output="null")
+    AttemptFactory(task=current.task, state=AttemptState.UNKNOWN)
+    settle = step_of(workflow, "settle")
+    first = activate(settle, state=ActivationState.FAILED)
+    poll_round(first, 1)
+    second = activate(settle)
+    poll_round(second, 1)
+    signal, acceptance = accept_signal(workflow, payload='{"n":12345678901234567890123}')
+    SignalOperationFactory(signal=signal)
+    WorkflowOperationFactory(workflow=workflow, action="workflow.retry_step", step_key="charge")
+    return {
+        "workflow": workflow,
+        "current": current,
+        "polls": [first, second],
+        "signal": signal,
+        "acceptance": acceptance,
+    }
+
+
+def _client(live_server, issue_token, scope):
+    return WeaveClient(live_server.url, issue_token(scopes=[scope]).token)
+
+
+def test_the_sdk_reads_the_whole_history_of_a_recovered_workflow(live_server, issue_token, recovered):
+    workflow_id = recovered["workflow"].id
+    with _client(live_server, issue_token, Scope.READ) as client:
+        workflow = client.get_workflow(workflow_id)
+        assert [s.key for s in workflow.steps] == ["charge", "settle", "approve", "cool-off"]
+        assert workflow.revision == 1 and workflow.eligibility == {}
+        charge = workflow.steps[0]
+        assert charge.current_activation.sequence == 3 and charge.current_activation.task.revision == 1
+
+        activations = list(client.iter_items(client.list_workflow_activations, workflow_id, "charge", limit=1))
+        assert [a.sequence for a in activations] == [3, 2, 1]
+        for activation in activations:
+            detail = client.get_workflow_activation(workflow_id, "charge", activation.id)
+            assert detail.activation == activation
+            assert detail.step == charge
+        latest = client.get_workflow_activation(workflow_id, "charge", activations[0].id)
+        assert (latest.input, latest.output) == (RawJSON('{"amount":1.10}'), RawJSON("null"))
+        assert client.get_workflow_activation(workflow_id, "charge", activations[1].id).output is None
+
+        rounds = [client.list_workflow_poll_rounds(workflow_id, "settle", poll.id).items for poll in recovered["polls"]]
+        assert [[r.round for r in items] for items in rounds] == [[1], [1]]
+        assert rounds[0][0].task_id != rounds[1][0].task_id
+
+        (signal,) = client.list_workflow_signals(workflow_id, limit=None, cursor="").items
+        full = client.get_workflow_signal(workflow_id, signal.id)
+        assert full.payload == RawJSON('{"n":12345678901234567890123}') and full.revision == 1
+
+        task = client.get_workflow_task(workflow_id, recovered["current"].task_id)
+        assert [(a.number, a.state) for a in task.task.attempts] == [(1, "UNKNOWN")]
+        assert task.task.activation_sequence == 3
+
+        with pytest.raises(PermissionDenied) as refused:
+            client.list_workflow_operations(workflow_id)
+        assert refused.value.status == 403 and len(refused.value.request_id) == 32
+
+
+def test_the_sdk_reads_the_signal_audit_with_audit_access(live_server, issue_token, recovered):
+    workflow_id, signal = recovered["workflow"].id, recovered["signal"]
+    with _client(live_server, issue_token, Scope.AUDIT_READ) as client:
+        pages = list(client.iter_pages(client.list_workflow_signal_operations, workflow_id, signal.id, limit=1))
+        assert len(pages) == 2 and pages[-1].next_cursor is None
+        acceptance = client.get_workflow_signal_operation(workflow_id, signal.id, recovered["acceptance"].id)
+        assert acceptance.before == RawJSON("null")
+        assert acceptance.after.value()["state"] == "PENDING"
+        (operation,) = client.list_workflow_operations(workflow_id).items
+        assert (operation.action, operation.step_key) == ("workflow.retry_step", "charge")
+
+
+def test_server_refusals_reach_the_caller_with_code_field_and_request_id(live_server, issue_token, recovered):
+    workflow_id = recovered["workflow"].id
+    with _client(live_server, issue_token, Scope.READ) as client:
+        with pytest.raises(NotFound) as missing:
+            client.get_workflow("e" * 32)
+        assert (missing.value.code, missing.value.status) == ("NOT_FOUND", 404)
+        with pytest.raises(InvalidArgument) as forged:
+            client.list_workflow_signals(workflow_id, cursor="forged:cursor")
+        assert (forged.value.field, forged.value.status) == ("cursor", 400)
+    with _client(live_server, issue_token, Scope.AUDIT_READ) as auditor, pytest.raises(NotFound):
+        by_operation_id = recovered["acceptance"].operation_id
+        auditor.get_workflow_signal_operation(workflow_id, recovered["signal"].id, by_operation_id)
