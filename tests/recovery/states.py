@@ -575,3 +575,16 @@ def reviewed_record_consume(state: State) -> None:
     instance = WorkflowInstance.objects.get(pk=state.instance.pk)
     instance.revision += 1
     instance.save()
+
+
+def task_resolved_state(tenancy, *, conclusion: str = "SUCCEEDED", **instance) -> State:
+    """After ResolveStep on a reviewed task: the step carries its conclusion; only Continue is left."""
+    state = task_reviewed_state(tenancy, conclusion=conclusion, **instance)
+    activation, step = state.activation, state.step
+    output = '{"paid":true}' if conclusion == "SUCCEEDED" else '"declined"'
+    resolution = {"conclusion": conclusion, "activation_id": activation.id, "operation_id": new_id()}
+    for row in (activation, step):
+        row.state, row.output, row.resolution = conclusion, output, resolution
+        row.revision += 1
+        row.save()
+    return state
