@@ -2,7 +2,10 @@
 
 import hashlib
 
+import pytest
 from django.apps import apps
+
+from history.errors import WeaveError
 
 
 def history_digest() -> str:
@@ -12,3 +15,15 @@ def history_digest() -> str:
         for row in model.objects.order_by("pk").values_list():
             digest.update(repr(row).encode())
     return digest.hexdigest()
+
+
+def assert_refused(call, code: str, *, field: str | None = None):
+    """``call`` raises ``code`` (naming ``field`` when given) and leaves every history table as it was."""
+    before = history_digest()
+    with pytest.raises(WeaveError) as info:
+        call()
+    assert info.value.code == code, info.value.message
+    if field is not None:
+        assert info.value.field == field, info.value.message
+    assert history_digest() == before
+    return info.value

@@ -66,3 +66,7 @@ def continue_(state: State, **overrides) -> dict:
 def current_activation(state: State, key: str | None = None) -> Activation:
     step = Step.objects.get(instance=state.instance, key=key or state.step.key)
     return Activation.objects.get(pk=step.current_activation_id)
+
+
+def run(service, identity, state: State, command: dict, key: str = "key-1"):
+    return service(identity=identity, instance_id=state.instance.id, idempotency_key=key, command=command)

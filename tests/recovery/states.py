@@ -558,3 +558,33 @@ def assert_invariants(state: State) -> None:
 
 def exact(value) -> str:
     return exactjson.dumps(value)
+
+
+def reviewed_record_consume(state: State) -> None:
+    """What the engine's inbox consumer does with a REVIEWED record of a TASK activation:
+    the verified outcome is stored, the activation stays NEEDS_REVIEW, the revisions advance."""
+    record = InboxRecord.objects.get(instance=state.instance, state=InboxState.PENDING)
+    event = ResultEvent.objects.get(pk=record.source_id)
+    now = clock.now()
+    record.state, record.disposition, record.consumed_at = InboxState.CONSUMED, Disposition.APPLIED, now
+    record.save()
+    activation = Activation.objects.get(pk=record.activation_id)
+    activation.verified_outcome, activation.verified_result = event.outcome, event.result
+    activation.revision += 1
+    activation.save()
+    instance = WorkflowInstance.objects.get(pk=state.instance.pk)
+    instance.revision += 1
+    instance.save()
+
+
+def task_resolved_state(tenancy, *, conclusion: str = "SUCCEEDED", **instance) -> State:
+    """After ResolveStep on a reviewed task: the step carries its conclusion; only Continue is left."""
+    state = task_reviewed_state(tenancy, conclusion=conclusion, **instance)
+    activation, step = state.activation, state.step
+    output = '{"paid":true}' if conclusion == "SUCCEEDED" else '"declined"'
+    resolution = {"conclusion": conclusion, "activation_id": activation.id, "operation_id": new_id()}
+    for row in (activation, step):
+        row.state, row.output, row.resolution = conclusion, output, resolution
+        row.revision += 1
+        row.save()
+    return state
