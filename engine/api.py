@@ -53,10 +53,10 @@ class WorkflowSignalView(APIView):
 
     permission_classes = [scope_required(Scope.WRITE)]
 
-    def post(self, request, workflow_id):
+    def post(self, request, id):
         receipt = signal_accept(
             identity=request.auth,
-            instance_id=id_argument(workflow_id, "id"),
+            instance_id=id_argument(id, "id"),
             command=request.data,
             idempotency_key=_idempotency_key(request),
             request_id=request_id_of(request),
@@ -69,10 +69,10 @@ def _control_view(service, doc: str):
         __doc__ = doc
         permission_classes = [scope_required(Scope.CONTROL)]
 
-        def post(self, request, workflow_id):
+        def post(self, request, id):
             answer = service(
                 identity=request.auth,
-                instance_id=id_argument(workflow_id, "id"),
+                instance_id=id_argument(id, "id"),
                 command=request.data,
                 request_id=request_id_of(request),
             )

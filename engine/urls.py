@@ -4,10 +4,9 @@ from engine import api
 
 urlpatterns = [
     path("workflows", api.WorkflowStartView.as_view()),
-    path("workflows/<str:workflow_id>/signals", api.WorkflowSignalView.as_view()),
-    path("workflows/<str:workflow_id>/pause", api.WorkflowPauseView.as_view()),
-    path("workflows/<str:workflow_id>/resume", api.WorkflowResumeView.as_view()),
-    path("workflows/<str:workflow_id>/cancel", api.WorkflowCancelView.as_view()),
+    path("workflows/<str:id>/pause", api.WorkflowPauseView.as_view()),
+    path("workflows/<str:id>/resume", api.WorkflowResumeView.as_view()),
+    path("workflows/<str:id>/cancel", api.WorkflowCancelView.as_view()),
     path("queues/<str:queue>/claim", api.QueueClaimView.as_view()),
     path("tasks/<str:task_id>/heartbeat", api.TaskHeartbeatView.as_view()),
     path("tasks/<str:task_id>/complete", api.TaskCompleteView.as_view()),

@@ -14,7 +14,6 @@ urlpatterns = [
     path(f"{W}/steps/<str:key>/activations", views.ActivationListView.as_view()),
     path(f"{W}/steps/<str:key>/activations/<str:activation>", views.ActivationDetailView.as_view()),
     path(f"{W}/steps/<str:key>/activations/<str:activation>/rounds", views.PollRoundListView.as_view()),
-    path(f"{W}/signals", views.SignalListView.as_view()),
     path(f"{W}/signals/<str:signal>", views.SignalDetailView.as_view()),
     path(f"{W}/signals/<str:signal>/operations", views.SignalOperationListView.as_view()),
     path(f"{W}/signals/<str:signal>/operations/<str:operation>", views.SignalOperationDetailView.as_view()),

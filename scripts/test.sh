@@ -10,11 +10,11 @@ ruff check .
 ruff format --check .
 
 echo "== tests on SQLite"
-WEAVE_DATABASE_URL="sqlite:///$PWD/var/test.sqlite3" pytest "$@"
+WEAVE_DATABASE_URL="sqlite:///$PWD/var/test.sqlite3" pytest -n 2 "$@"
 
 echo "== tests on MariaDB"
 if scripts/mariadb.sh; then
-  WEAVE_DATABASE_URL="mysql://root@127.0.0.1:3306/weave" pytest "$@"
+  WEAVE_DATABASE_URL="mysql://root@127.0.0.1:3306/weave" pytest -n 2 "$@"
 elif [ "${CI:-}" = true ]; then
   echo "MariaDB is required under CI=true" >&2
   exit 1
