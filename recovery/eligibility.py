@@ -162,3 +162,13 @@ def operation_preview(*, identity: Identity, operation: str, instance_id: str, c
     parsed = op.command_class.parse(command)
     ctx = context_open(identity=identity, instance_id=instance_id, locks=None)
     return _preview(ctx, op, op.check(ctx, parsed))
+
+
+def instance_eligibility_document(instance: WorkflowInstance, steps) -> dict:
+    """The eligibility of an instance its reader is already authorised for, as the instance API shows it.
+
+    What is possible does not depend on who reads it, so it is judged with the instance's own
+    namespace and every queue (the reader passed the namespace and queue checks already).
+    """
+    reader = Identity(namespace_id=instance.namespace_id, actor_id="", scopes=frozenset(), queues=None)
+    return instance_eligibility(identity=reader, instance_id=instance.id)

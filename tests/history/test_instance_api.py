@@ -50,7 +50,10 @@ def test_the_instance_detail_lists_every_step_in_definition_order_without_root(w
     assert (data["namespace"], data["definition"]) == ("acme", {"name": workflow.definition.name, "version": 1})
     assert [s["key"] for s in data["steps"]] == ["charge", "settle", "approve", "cool-off"]
     assert all(set(s) == {"id", "key", "kind", "state", "revision"} for s in data["steps"])
-    assert data["eligibility"] == {}
+    # The registered recovery eligibility: nothing is possible on a RUNNING instance, each refusal says why.
+    assert data["eligibility"]["continue"]["possible"] is False
+    assert "NEEDS_REVIEW" in data["eligibility"]["continue"]["reason"]
+    assert set(data["eligibility"]["steps"]) == {"charge", "settle", "approve", "cool-off"}
 
 
 def test_the_instance_detail_shows_stop_deadline_review_and_completion_only_when_set(workflow, reader, call):

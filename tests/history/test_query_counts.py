@@ -17,7 +17,7 @@ from tests.history.conftest import ENDPOINTS, LISTS
 
 # Authentication (1) + instance (1) + definition (1), then what each endpoint reads itself.
 BASELINE = {
-    "instance": 7,  # + namespace, steps, current activations, their tasks
+    "instance": 11,  # + namespace, steps, current activations, their tasks; eligibility (a RUNNING instance: 4)
     "activations": 5,  # + step, page
     "activation": 6,  # + step, requested and current activation, current task
     "rounds": 9,  # + step, activation, fixed queue, gate, page, the page's tasks

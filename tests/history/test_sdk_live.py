@@ -51,7 +51,7 @@ def test_the_sdk_reads_the_whole_history_of_a_recovered_workflow(live_server, is
     with _client(live_server, issue_token, Scope.READ) as client:
         workflow = client.get_workflow(workflow_id)
         assert [s.key for s in workflow.steps] == ["charge", "settle", "approve", "cool-off"]
-        assert workflow.revision == 1 and workflow.eligibility == {}
+        assert workflow.revision == 1 and workflow.eligibility["continue"]["possible"] is False
         charge = workflow.steps[0]
         assert charge.current_activation.sequence == 3 and charge.current_activation.task.revision == 1
 
