@@ -1,44 +1,22 @@
-"""A step's fixed result contract and a POLL step's fixed classification mapping.
+"""A step's fixed result contract and a POLL step's fixed mapping, as the engine applies them.
 
-Both live in the step's entry of the definition spec: ``contract`` is a JSON Schema that a
-SUCCEEDED result (or signal payload) must satisfy (absent: any JSON); a POLL step's
-``classification`` is ``{"field": <top-level key>, "values": {<value>: SUCCEEDED|FAILED|PENDING}}``.
+The engine owns the definition format (``engine.definitions``); recovery judges an operator's
+result by the very same rules the background used on the original results.
 """
 
-from functools import lru_cache
-
-import jsonschema
-
-from history import exactjson
+from engine.definitions import contract_violation
+from engine.definitions import poll_classify as engine_poll_classify
 from history.errors import InvalidArgument
 from recovery.commands import ExactResult
 
 
-@lru_cache(maxsize=256)
-def _validator(schema_text: str) -> jsonschema.protocols.Validator:
-    schema = exactjson.to_python(exactjson.loads(schema_text))
-    cls = jsonschema.validators.validator_for(schema)
-    return cls(schema)
-
-
 def result_contract_check(*, spec: dict, result: ExactResult, field: str = "result") -> None:
     """Refuse a SUCCEEDED result that breaks the step's fixed contract."""
-    contract = spec.get("contract")
-    if contract is None:
-        return
-    validator = _validator(exactjson.dumps(contract))
-    error = jsonschema.exceptions.best_match(validator.iter_errors(exactjson.to_python(result.value)))
-    if error is not None:
-        where = "/".join(str(p) for p in error.absolute_path) or "(root)"
-        raise InvalidArgument(f"{field} breaks the step's result contract at {where}: {error.message}", field=field)
+    reason = contract_violation(step_spec=spec, value_text=result.text)
+    if reason is not None:
+        raise InvalidArgument(f"{field} breaks the step's result contract: {reason}", field=field)
 
 
-def poll_classify(*, spec: dict, value: object) -> str | None:
-    """The business classification of a successful query result, or None when the mapping has no entry."""
-    mapping = spec.get("classification") or {}
-    if not isinstance(value, dict) or mapping.get("field") not in value:
-        return None
-    answer = value[mapping["field"]]
-    if type(answer) is not str:
-        answer = exactjson.dumps(answer)
-    return (mapping.get("values") or {}).get(answer)
+def poll_classify(*, spec: dict, result: ExactResult) -> str | None:
+    """The business classification of a query result under the fixed mapping, None when unmapped."""
+    return engine_poll_classify(step_spec=spec, result_text=result.text)

@@ -75,7 +75,7 @@ def _success_checks(ctx: Context, history: StepHistory, command: ResolveStepComm
             raise FailedPrecondition("the timer's original duration has not elapsed yet")
         return
     result_contract_check(spec=spec, result=result)
-    if history.step.kind == StepKind.POLL and poll_classify(spec=spec, value=result.value) != "SUCCEEDED":
+    if history.step.kind == StepKind.POLL and poll_classify(spec=spec, result=result) != "SUCCEEDED":
         raise InvalidArgument("result does not classify as SUCCEEDED under the step's fixed mapping", field="result")
 
 

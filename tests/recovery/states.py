@@ -67,7 +67,7 @@ POLL_STEP = {
     "attempts_per_round": 2,
     "interval_seconds": 60,
     "poll_deadline": 7200,
-    "classification": {"field": "status", "values": {"DONE": "SUCCEEDED", "REJECTED": "FAILED", "WAITING": "PENDING"}},
+    "mapping": {"field": "status", "values": {"DONE": "SUCCEEDED", "REJECTED": "FAILED", "WAITING": "PENDING"}},
     "contract": {"type": "object", "required": ["status"]},
 }
 SIGNAL_STEP = {
