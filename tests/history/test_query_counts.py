@@ -18,15 +18,15 @@ from tests.history.conftest import ENDPOINTS, LISTS
 # Authentication (1) + instance (1) + definition (1), then what each endpoint reads itself.
 BASELINE = {
     "instance": 7,  # + namespace, steps, current activations, their tasks
-    "activations": 5,  # + step, page
+    "activations": 6,  # + step, page keys, page rows
     "activation": 6,  # + step, requested and current activation, current task
-    "rounds": 9,  # + step, activation, fixed queue, gate, page, the page's tasks
-    "signals": 4,  # + page
+    "rounds": 10,  # + step, activation, fixed queue, gate, page keys, page rows, their tasks
+    "signals": 5,  # + page keys, page rows
     "signal": 4,  # + signal
-    "signal_operations": 5,  # + signal, page
+    "signal_operations": 6,  # + signal, page keys, page rows
     "signal_operation": 5,  # + signal, record
     "task": 8,  # + task, activation, step, fixed queue, attempts
-    "operations": 4,  # + page
+    "operations": 5,  # + page keys, page rows
 }
 WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 ROWS = 10_000
