@@ -57,7 +57,9 @@ class ActivationDetailView(HistoryView):
         responses=schema.responses(schema.ActivationDetail),
     )
     def get(self, request, id, key, activation):
-        path_id(id, field="id"), path_step_key(key), path_id(activation, field="activation")
+        path_id(id, field="id")
+        path_step_key(key)
+        path_id(activation, field="activation")
         no_params(request.query_params)
         detail = activations.activation_get(
             identity=request.auth, instance_id=id, step_key=key, activation_id=activation
@@ -113,7 +115,8 @@ class SignalDetailView(HistoryView):
         responses=schema.responses(schema.SignalDetail),
     )
     def get(self, request, id, signal):
-        path_id(id, field="id"), path_id(signal, field="signal")
+        path_id(id, field="id")
+        path_id(signal, field="signal")
         no_params(request.query_params)
         detail = signals.signal_get(identity=request.auth, instance_id=id, signal_id=signal)
         return Response(presenters.signal_detail(detail.signal))
@@ -149,7 +152,9 @@ class SignalOperationDetailView(HistoryView):
         responses=schema.responses(schema.SignalOperationDetail),
     )
     def get(self, request, id, signal, operation):
-        path_id(id, field="id"), path_id(signal, field="signal"), path_id(operation, field="operation")
+        path_id(id, field="id")
+        path_id(signal, field="signal")
+        path_id(operation, field="operation")
         no_params(request.query_params)
         record = signals.signal_operation_get(
             identity=request.auth, instance_id=id, signal_id=signal, operation=operation
@@ -178,7 +183,8 @@ class TaskDetailView(HistoryView):
         responses=schema.responses(schema.TaskDetail),
     )
     def get(self, request, id, task):
-        path_id(id, field="id"), path_id(task, field="task")
+        path_id(id, field="id")
+        path_id(task, field="task")
         no_params(request.query_params)
         return Response(presenters.task_detail(instances.task_get(identity=request.auth, instance_id=id, task_id=task)))
 

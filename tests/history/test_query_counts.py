@@ -42,10 +42,10 @@ def _queries(api, token, path, limit):
     return len(statements)
 
 
-def _measure(history, api, token_for):
+def _measure(history_rows, api, token_for):
     counts = {}
     for name in ENDPOINTS:
-        path, scope, is_list = history.paths[name]
+        path, scope, is_list = history_rows.paths[name]
         token = token_for(scope)
         for limit in (1, 100) if is_list else (None,):
             counts[(name, limit)] = _queries(api, token, path, limit)
@@ -71,27 +71,30 @@ def _clone(template, vary) -> None:
         cursor.executemany(f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({marks})", rows)
 
 
-def _bulk_history(history):
+def _bulk_history(history_rows):
     """ROWS more rows in every list the endpoints read, each newer than the existing ones."""
     start = clock.now() + dt.timedelta(seconds=1)
     later = [start + dt.timedelta(microseconds=n) for n in range(ROWS)]
-    _clone(history.charge, ({"id": new_id(), "sequence": n + 2, "created_at": t} for n, t in enumerate(later)))
-    first_round = PollRound.objects.get(activation=history.poll)
+    _clone(history_rows.charge, ({"id": new_id(), "sequence": n + 2, "created_at": t} for n, t in enumerate(later)))
+    first_round = PollRound.objects.get(activation=history_rows.poll)
     task_ids = [new_id() for _ in range(ROWS)]
     _clone(Task.objects.get(id=first_round.task_id), ({"id": i, "source_round": n + 2} for n, i in enumerate(task_ids)))
     _clone(first_round, ({"id": new_id(), "round": n + 2, "task_id": i} for n, i in enumerate(task_ids)))
-    _clone(history.signal, ({"id": new_id(), "accepted_at": t} for t in later))
-    _clone(history.operation, ({"id": new_id(), "created_at": t} for t in later))
-    _clone(WorkflowOperation.objects.get(workflow=history.workflow), ({"id": new_id(), "created_at": t} for t in later))
+    _clone(history_rows.signal, ({"id": new_id(), "accepted_at": t} for t in later))
+    _clone(history_rows.operation, ({"id": new_id(), "created_at": t} for t in later))
+    _clone(
+        WorkflowOperation.objects.get(workflow=history_rows.workflow),
+        ({"id": new_id(), "created_at": t} for t in later),
+    )
 
 
-def test_every_read_runs_a_constant_number_of_queries_whatever_the_limit_and_history(history, api, token_for):
-    small = _measure(history, api, token_for)
-    _bulk_history(history)
-    large = _measure(history, api, token_for)
+def test_every_read_runs_a_constant_number_of_queries_whatever_the_limit_and_history(history_rows, api, token_for):
+    small = _measure(history_rows, api, token_for)
+    _bulk_history(history_rows)
+    large = _measure(history_rows, api, token_for)
 
     assert small == large
-    assert PollRound.objects.filter(activation=history.poll).count() == ROWS + 1
+    assert PollRound.objects.filter(activation=history_rows.poll).count() == ROWS + 1
     assert {name: count for (name, _), count in small.items()} == BASELINE
     for name in LISTS:
         assert small[(name, 1)] == small[(name, 100)]
