@@ -3,7 +3,9 @@
 import copy
 import datetime as dt
 import json
+import re
 
+import httpx
 import jsonschema
 import pytest
 
@@ -132,3 +134,12 @@ def test_every_real_response_matches_its_documented_schema_exactly(history_rows,
         refused = api.get(path.replace(history_rows.workflow.id, "e" * 32), **bearer(token_for(scope)))
         error_schema = _strict(operation["responses"]["404"]["content"]["application/json"]["schema"], components)
         jsonschema.validate(json.loads(refused.content), error_schema)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_swagger_ui_assets_come_from_this_server(live_server):
+    page = httpx.get(f"{live_server.url}/v1/docs/").text
+    assets = re.findall(r'(?:src|href)="(/static/drf_spectacular_sidecar/[^"]+)"', page)
+    assert any(a.endswith("swagger-ui-bundle.js") for a in assets)
+    for asset in assets:
+        assert httpx.get(f"{live_server.url}{asset}").status_code == 200, asset
