@@ -42,11 +42,8 @@ class ActivationListView(HistoryView):
         result = activations.activation_list(
             identity=request.auth, instance_id=id, step_key=key, after=after, limit=limit
         )
-        data = {"instance_id": result.instance.id, "revision": str(result.instance.revision), "step_id": result.step.id}
-        presenters.optional(data, "current_activation_id", result.step.current_activation_id)
-        items = [presenters.activation_item(a, kind=result.step.kind) for a in result.page.items]
         cursor = _next_cursor(result.page, kind=activations.ACTIVATIONS, parents=parents)
-        return Response(presenters.page_tail(data, items=items, next_cursor=cursor))
+        return Response(presenters.activation_page(result, next_cursor=cursor))
 
 
 class ActivationDetailView(HistoryView):
@@ -57,7 +54,9 @@ class ActivationDetailView(HistoryView):
         responses=schema.responses(schema.ActivationDetail),
     )
     def get(self, request, id, key, activation):
-        path_id(id, field="id"), path_step_key(key), path_id(activation, field="activation")
+        path_id(id, field="id")
+        path_step_key(key)
+        path_id(activation, field="activation")
         no_params(request.query_params)
         detail = activations.activation_get(
             identity=request.auth, instance_id=id, step_key=key, activation_id=activation
@@ -78,14 +77,8 @@ class PollRoundListView(HistoryView):
         result = activations.poll_round_list(
             identity=request.auth, instance_id=id, step_key=key, activation_id=activation, after=after, limit=limit
         )
-        data = {
-            "instance_id": result.instance.id,
-            "revision": str(result.instance.revision),
-            "activation_id": result.activation.id,
-        }
-        items = [presenters.poll_round_item(r) for r in result.page.items]
         cursor = _next_cursor(result.page, kind=activations.POLL_ROUNDS, parents=parents)
-        return Response(presenters.page_tail(data, items=items, next_cursor=cursor))
+        return Response(presenters.poll_round_page(result, next_cursor=cursor))
 
 
 class SignalListView(HistoryView):
@@ -99,10 +92,8 @@ class SignalListView(HistoryView):
         parents = [path_id(id, field="id")]
         limit, after = list_params(request.query_params, kind=signals.SIGNALS, parents=parents)
         result = signals.signal_list(identity=request.auth, instance_id=id, after=after, limit=limit)
-        data = {"workflow_id": result.instance.id, "revision": str(result.instance.revision)}
-        items = [presenters.signal_item(s) for s in result.page.items]
         cursor = _next_cursor(result.page, kind=signals.SIGNALS, parents=parents)
-        return Response(presenters.page_tail(data, items=items, next_cursor=cursor))
+        return Response(presenters.signal_page(result, next_cursor=cursor))
 
 
 class SignalDetailView(HistoryView):
@@ -113,7 +104,8 @@ class SignalDetailView(HistoryView):
         responses=schema.responses(schema.SignalDetail),
     )
     def get(self, request, id, signal):
-        path_id(id, field="id"), path_id(signal, field="signal")
+        path_id(id, field="id")
+        path_id(signal, field="signal")
         no_params(request.query_params)
         detail = signals.signal_get(identity=request.auth, instance_id=id, signal_id=signal)
         return Response(presenters.signal_detail(detail.signal))
@@ -134,9 +126,8 @@ class SignalOperationListView(HistoryView):
         page = signals.signal_operation_list(
             identity=request.auth, instance_id=id, signal_id=signal, after=after, limit=limit
         )
-        items = [presenters.signal_operation_item(r) for r in page.items]
         cursor = _next_cursor(page, kind=signals.SIGNAL_OPERATIONS, parents=parents)
-        return Response(presenters.page_tail({}, items=items, next_cursor=cursor))
+        return Response(presenters.signal_operation_page(page, next_cursor=cursor))
 
 
 class SignalOperationDetailView(HistoryView):
@@ -149,7 +140,9 @@ class SignalOperationDetailView(HistoryView):
         responses=schema.responses(schema.SignalOperationDetail),
     )
     def get(self, request, id, signal, operation):
-        path_id(id, field="id"), path_id(signal, field="signal"), path_id(operation, field="operation")
+        path_id(id, field="id")
+        path_id(signal, field="signal")
+        path_id(operation, field="operation")
         no_params(request.query_params)
         record = signals.signal_operation_get(
             identity=request.auth, instance_id=id, signal_id=signal, operation=operation
@@ -178,7 +171,8 @@ class TaskDetailView(HistoryView):
         responses=schema.responses(schema.TaskDetail),
     )
     def get(self, request, id, task):
-        path_id(id, field="id"), path_id(task, field="task")
+        path_id(id, field="id")
+        path_id(task, field="task")
         no_params(request.query_params)
         return Response(presenters.task_detail(instances.task_get(identity=request.auth, instance_id=id, task_id=task)))
 
@@ -196,7 +190,5 @@ class WorkflowOperationListView(HistoryView):
         parents = [path_id(id, field="id")]
         limit, after = list_params(request.query_params, kind=operations.WORKFLOW_OPERATIONS, parents=parents)
         result = operations.workflow_operation_list(identity=request.auth, instance_id=id, after=after, limit=limit)
-        data = {"workflow_id": result.instance.id, "revision": str(result.instance.revision)}
-        items = [presenters.workflow_operation_item(r) for r in result.page.items]
         cursor = _next_cursor(result.page, kind=operations.WORKFLOW_OPERATIONS, parents=parents)
-        return Response(presenters.page_tail(data, items=items, next_cursor=cursor))
+        return Response(presenters.workflow_operation_page(result, next_cursor=cursor))

@@ -17,13 +17,16 @@ from history.models import (
     Wait,
     WorkflowOperation,
 )
-from history.selectors.activations import ActivationDetail
+from history.selectors.activations import ActivationDetail, ActivationPage, PollRoundPage
 from history.selectors.instances import InstanceDetail, TaskDetail
+from history.selectors.operations import WorkflowOperationPage
+from history.selectors.pagination import Page
+from history.selectors.signals import SignalPage
 from history.selectors.steps import StepView
 from history.times import format_time
 
 
-def optional(data: dict, key: str, value: object) -> None:
+def _optional(data: dict, key: str, value: object) -> None:
     if value is not None and value != "":
         data[key] = value
 
@@ -38,9 +41,9 @@ def _exact(data: dict, key: str, text: str | None) -> None:
         data[key] = Raw(text)
 
 
-def page_tail(data: dict, *, items: list, next_cursor: str | None) -> dict:
+def _page(data: dict, *, items: list, next_cursor: str | None) -> dict:
     data["items"] = items
-    optional(data, "next_cursor", next_cursor)
+    _optional(data, "next_cursor", next_cursor)
     return data
 
 
@@ -53,7 +56,7 @@ def activation_item(activation: Activation, *, kind: str) -> dict:
         "revision": str(activation.revision),
     }
     if kind == StepKind.TASK:
-        optional(data, "task_id", activation.task_id)
+        _optional(data, "task_id", activation.task_id)
     data["created_at"] = format_time(activation.created_at)
     data["updated_at"] = format_time(activation.updated_at)
     _time(data, "completed_at", activation.completed_at)
@@ -73,8 +76,8 @@ def task_summary(task: Task) -> dict:
 def step_view(view: StepView) -> dict:
     step = view.step
     data = {"id": step.id, "key": step.key, "kind": step.kind, "state": step.state, "revision": str(step.revision)}
-    optional(data, "current_activation_id", step.current_activation_id)
-    optional(data, "resolution", step.resolution)
+    _optional(data, "current_activation_id", step.current_activation_id)
+    _optional(data, "resolution", step.resolution)
     if view.current_activation is not None:
         current = activation_item(view.current_activation, kind=step.kind)
         if view.task is not None:
@@ -94,9 +97,9 @@ def poll_section(activation: Activation) -> dict:
         "poll_deadline_at": format_time(activation.poll_deadline_at),
         "round_deadline_at": format_time(activation.round_deadline_at),
     }
-    optional(data, "last_task_id", activation.last_task_id)
+    _optional(data, "last_task_id", activation.last_task_id)
     _time(data, "next_round_at", activation.next_round_at)
-    optional(data, "last_round_classification", activation.last_round_classification)
+    _optional(data, "last_round_classification", activation.last_round_classification)
     return data
 
 
@@ -109,7 +112,7 @@ def wait_section(wait: Wait) -> dict:
         "deadline_at": format_time(wait.deadline_at),
     }
     _time(data, "fire_at", wait.fire_at)
-    optional(data, "winner_signal_id", wait.winner_signal_id)
+    _optional(data, "winner_signal_id", wait.winner_signal_id)
     return data
 
 
@@ -153,7 +156,7 @@ def signal_item(signal: Signal) -> dict:
         "accepted_at": format_time(signal.accepted_at),
         "expires_at": format_time(signal.expires_at),
     }
-    optional(data, "disposition", signal.disposition)
+    _optional(data, "disposition", signal.disposition)
     return data
 
 
@@ -162,8 +165,8 @@ def signal_detail(signal: Signal) -> dict:
     data["payload"] = Raw(signal.payload)
     data["correlation_key"] = signal.correlation_key
     data["actor_id"] = signal.actor_id
-    optional(data, "evidence_ref", signal.evidence_ref)
-    optional(data, "consumed_wait_id", signal.consumed_wait_id)
+    _optional(data, "evidence_ref", signal.evidence_ref)
+    _optional(data, "consumed_wait_id", signal.consumed_wait_id)
     return data
 
 
@@ -181,7 +184,7 @@ def signal_operation_item(record: SignalOperation) -> dict:
 
 def _reason_and_snapshots(data: dict, record) -> dict:
     data["reason"] = record.reason
-    optional(data, "evidence_ref", record.evidence_ref)
+    _optional(data, "evidence_ref", record.evidence_ref)
     data["before"] = record.before
     data["after"] = record.after
     return data
@@ -199,9 +202,9 @@ def workflow_operation_item(record: WorkflowOperation) -> dict:
         "actor_id": record.actor_id,
         "action": record.action,
     }
-    optional(data, "step_key", record.step_key)
-    optional(data, "activation_id", record.activation_id)
-    optional(data, "execution_audit_id", record.execution_audit_id)
+    _optional(data, "step_key", record.step_key)
+    _optional(data, "activation_id", record.activation_id)
+    _optional(data, "execution_audit_id", record.execution_audit_id)
     _reason_and_snapshots(data, record)
     data["created_at"] = format_time(record.created_at)
     return data
@@ -216,11 +219,11 @@ def instance_detail(detail: InstanceDetail) -> dict:
         "state": instance.state,
         "paused": instance.paused,
     }
-    optional(data, "stop_kind", instance.stop_kind)
+    _optional(data, "stop_kind", instance.stop_kind)
     data["revision"] = str(instance.revision)
     data["control_revision"] = str(instance.control_revision)
     _time(data, "deadline_at", instance.deadline_at)
-    optional(data, "review_reason", instance.review_reason)
+    _optional(data, "review_reason", instance.review_reason)
     data["created_at"] = format_time(instance.created_at)
     data["updated_at"] = format_time(instance.updated_at)
     _time(data, "completed_at", instance.completed_at)
@@ -251,7 +254,7 @@ def task_detail(detail: TaskDetail) -> dict:
         "activation_id": detail.activation.id,
         "activation_sequence": detail.activation.sequence,
     }
-    optional(body, "round", task.source_round)
+    _optional(body, "round", task.source_round)
     body.update(
         {
             "queue": detail.instance.definition.step_spec(detail.step.key)["queue"],
@@ -266,13 +269,47 @@ def task_detail(detail: TaskDetail) -> dict:
     _time(body, "deadline_at", task.deadline_at)
     _time(body, "latest_start_at", task.latest_start_at)
     body["input"] = Raw(task.input)
-    optional(body, "outcome", task.outcome)
+    _optional(body, "outcome", task.outcome)
     _exact(body, "result", task.result)
-    optional(body, "review_conclusion", task.review_conclusion)
+    _optional(body, "review_conclusion", task.review_conclusion)
     body["execution_settled"] = task.execution_settled
     body["permit_held"] = task.permit_held
-    optional(body, "retry_of", task.retry_of_id)
+    _optional(body, "retry_of", task.retry_of_id)
     body["created_at"] = format_time(task.created_at)
     body["updated_at"] = format_time(task.updated_at)
     body["attempts"] = [attempt_item(attempt) for attempt in detail.attempts]
     return {"instance_id": detail.instance.id, "revision": str(detail.instance.revision), "task": body}
+
+
+# Pages: the parents as read, the instance revision read for this page, the items, the cursor.
+
+
+def activation_page(result: ActivationPage, *, next_cursor: str | None) -> dict:
+    data = {"instance_id": result.instance.id, "revision": str(result.instance.revision), "step_id": result.step.id}
+    _optional(data, "current_activation_id", result.step.current_activation_id)
+    items = [activation_item(a, kind=result.step.kind) for a in result.page.items]
+    return _page(data, items=items, next_cursor=next_cursor)
+
+
+def poll_round_page(result: PollRoundPage, *, next_cursor: str | None) -> dict:
+    data = {
+        "instance_id": result.instance.id,
+        "revision": str(result.instance.revision),
+        "activation_id": result.activation.id,
+    }
+    return _page(data, items=[poll_round_item(r) for r in result.page.items], next_cursor=next_cursor)
+
+
+def signal_page(result: SignalPage, *, next_cursor: str | None) -> dict:
+    data = {"workflow_id": result.instance.id, "revision": str(result.instance.revision)}
+    return _page(data, items=[signal_item(s) for s in result.page.items], next_cursor=next_cursor)
+
+
+def signal_operation_page(page: Page[SignalOperation], *, next_cursor: str | None) -> dict:
+    # The seed's shape: items and cursor only; each item names its workflow and signal.
+    return _page({}, items=[signal_operation_item(r) for r in page.items], next_cursor=next_cursor)
+
+
+def workflow_operation_page(result: WorkflowOperationPage, *, next_cursor: str | None) -> dict:
+    data = {"workflow_id": result.instance.id, "revision": str(result.instance.revision)}
+    return _page(data, items=[workflow_operation_item(r) for r in result.page.items], next_cursor=next_cursor)

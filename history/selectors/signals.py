@@ -35,15 +35,20 @@ def _signal_of(*, instance: WorkflowInstance, signal_id: str) -> Signal:
     signal = Signal.objects.filter(id=signal_id, workflow_id=instance.id).first()
     if signal is None:
         raise NotFound("signal not found under this workflow")
+    return signal
+
+
+def _check_signal(*, instance: WorkflowInstance, signal: Signal) -> None:
+    """Run after every NOT_FOUND check: corruption is reported only for what was found."""
     if signal.namespace_id != instance.namespace_id:
         raise Unavailable(f"signal {signal.id} and its workflow disagree on the namespace")
-    return signal
 
 
 def signal_get(*, identity: Identity, instance_id: str, signal_id: str) -> SignalDetail:
     """The full signal; the wait it was consumed by must belong to the same workflow."""
     instance = instance_get_readable(identity=identity, instance_id=instance_id)
     signal = _signal_of(instance=instance, signal_id=signal_id)
+    _check_signal(instance=instance, signal=signal)
     if signal.consumed_wait_id is not None:
         wait = Wait.objects.filter(id=signal.consumed_wait_id).values_list("instance_id", flat=True).first()
         if wait != instance.id:
@@ -57,6 +62,7 @@ def signal_operation_list(
     """The signal's resource audit, newest first (created_at, id)."""
     instance = instance_get_readable(identity=identity, instance_id=instance_id)
     signal = _signal_of(instance=instance, signal_id=signal_id)
+    _check_signal(instance=instance, signal=signal)
     queryset = SignalOperation.objects.filter(
         namespace_id=instance.namespace_id, workflow_id=instance.id, signal_id=signal.id
     )
@@ -70,6 +76,7 @@ def signal_operation_get(*, identity: Identity, instance_id: str, signal_id: str
     record = SignalOperation.objects.filter(id=operation, signal_id=signal.id).first()
     if record is None:
         raise NotFound("signal operation not found under this signal")
+    _check_signal(instance=instance, signal=signal)
     if record.workflow_id != instance.id or record.namespace_id != instance.namespace_id:
         raise Unavailable(f"signal operation {record.id} and its signal disagree on the workflow")
     return record

@@ -175,7 +175,8 @@ class WeaveClient:
     def list_workflow_activations(
         self, workflow_id: str, step_key: str, *, limit: int | None = None, cursor: str | None = None
     ) -> t.ActivationPage:
-        _check_id(workflow_id, "id"), _check_step_key(step_key)
+        _check_id(workflow_id, "id")
+        _check_step_key(step_key)
         page = self._get(
             t.ActivationPage, f"/v1/workflows/{workflow_id}/steps/{step_key}/activations", _page_params(limit, cursor)
         )
@@ -185,7 +186,9 @@ class WeaveClient:
         return page
 
     def get_workflow_activation(self, workflow_id: str, step_key: str, activation_id: str) -> t.ActivationDetail:
-        _check_id(workflow_id, "id"), _check_step_key(step_key), _check_id(activation_id, "activation")
+        _check_id(workflow_id, "id")
+        _check_step_key(step_key)
+        _check_id(activation_id, "activation")
         detail = self._get(
             t.ActivationDetail, f"/v1/workflows/{workflow_id}/steps/{step_key}/activations/{activation_id}"
         )
@@ -204,7 +207,9 @@ class WeaveClient:
         limit: int | None = None,
         cursor: str | None = None,
     ) -> t.PollRoundPage:
-        _check_id(workflow_id, "id"), _check_step_key(step_key), _check_id(activation_id, "activation")
+        _check_id(workflow_id, "id")
+        _check_step_key(step_key)
+        _check_id(activation_id, "activation")
         path = f"/v1/workflows/{workflow_id}/steps/{step_key}/activations/{activation_id}/rounds"
         page = self._get(t.PollRoundPage, path, _page_params(limit, cursor))
         _expect("instance_id", page.instance_id, workflow_id)
@@ -224,7 +229,8 @@ class WeaveClient:
         return page
 
     def get_workflow_signal(self, workflow_id: str, signal_id: str) -> t.Signal:
-        _check_id(workflow_id, "id"), _check_id(signal_id, "signal")
+        _check_id(workflow_id, "id")
+        _check_id(signal_id, "signal")
         signal = self._get(t.Signal, f"/v1/workflows/{workflow_id}/signals/{signal_id}")
         _expect("workflow_id", signal.workflow_id, workflow_id)
         _expect("id", signal.id, signal_id)
@@ -233,7 +239,8 @@ class WeaveClient:
     def list_workflow_signal_operations(
         self, workflow_id: str, signal_id: str, *, limit: int | None = None, cursor: str | None = None
     ) -> t.SignalOperationPage:
-        _check_id(workflow_id, "id"), _check_id(signal_id, "signal")
+        _check_id(workflow_id, "id")
+        _check_id(signal_id, "signal")
         path = f"/v1/workflows/{workflow_id}/signals/{signal_id}/operations"
         page = self._get(t.SignalOperationPage, path, _page_params(limit, cursor))
         for item in page.items:
@@ -243,7 +250,9 @@ class WeaveClient:
 
     def get_workflow_signal_operation(self, workflow_id: str, signal_id: str, operation: str) -> t.SignalOperation:
         """``operation`` is the audit record's own id, never its operation_id."""
-        _check_id(workflow_id, "id"), _check_id(signal_id, "signal"), _check_id(operation, "operation")
+        _check_id(workflow_id, "id")
+        _check_id(signal_id, "signal")
+        _check_id(operation, "operation")
         record = self._get(t.SignalOperation, f"/v1/workflows/{workflow_id}/signals/{signal_id}/operations/{operation}")
         _expect("workflow_id", record.workflow_id, workflow_id)
         _expect("signal_id", record.signal_id, signal_id)
@@ -257,7 +266,8 @@ class WeaveClient:
         return workflow
 
     def get_workflow_task(self, workflow_id: str, task_id: str) -> t.WorkflowTask:
-        _check_id(workflow_id, "id"), _check_id(task_id, "task")
+        _check_id(workflow_id, "id")
+        _check_id(task_id, "task")
         detail = self._get(t.WorkflowTask, f"/v1/workflows/{workflow_id}/tasks/{task_id}")
         _expect("instance_id", detail.instance_id, workflow_id)
         _expect("task.id", detail.task.id, task_id)
@@ -315,10 +325,8 @@ class WeaveClient:
         """POST /v1/workflows; ``data`` is the answer as JSON (client bodies as RawJSON)."""
         return self._send("POST", "/v1/workflows", body=command, idempotency_key=idempotency_key)
 
-    def send_signal(
-        self, workflow_id: str, *, command: Mapping[str, Any], idempotency_key: str | None = None
-    ) -> t.Response:
-        """POST /v1/workflows/{id}/signals; without an Idempotency-Key it is never re-sent."""
+    def send_signal(self, workflow_id: str, *, idempotency_key: str, command: Mapping[str, Any]) -> t.Response:
+        """POST /v1/workflows/{id}/signals; ``data`` is the acceptance receipt as JSON."""
         _check_id(workflow_id, "id")
         answer = self._send(
             "POST", f"/v1/workflows/{workflow_id}/signals", body=command, idempotency_key=idempotency_key

@@ -7,8 +7,13 @@ from history.models import Scope
 from tests.conftest import bearer
 from tests.factories import (
     WorkflowInstanceFactory,
+    WorkflowOperationFactory,
+    accept_signal,
+    activate,
+    poll_round,
     poll_step,
     signal_step,
+    step_of,
     task_step,
     timer_step,
 )
@@ -62,10 +67,8 @@ def error_of(result):
 
 
 @pytest.fixture
-def history(workflow):
+def history_rows(workflow):
     """One row of every kind the endpoints read, with the paths to read them."""
-    from tests.factories import WorkflowOperationFactory, accept_signal, activate, poll_round, step_of
-
     charge = activate(step_of(workflow, "charge"))
     poll = activate(step_of(workflow, "settle"))
     poll_round(poll, 1)

@@ -6,7 +6,16 @@ import pytest
 
 from history import clock
 from history.models import Credential, Scope
-from tests.factories import NamespaceFactory, WorkflowInstanceFactory
+from tests.conftest import bearer
+from tests.factories import (
+    NamespaceFactory,
+    SignalOperationFactory,
+    WorkflowInstanceFactory,
+    WorkflowOperationFactory,
+    activate,
+    poll_round,
+    step_of,
+)
 from tests.history.conftest import DETAILS, ENDPOINTS, LISTS, STEPS, error_of
 
 OTHER_SCOPE = {Scope.READ: Scope.AUDIT_READ, Scope.AUDIT_READ: Scope.READ}
@@ -14,8 +23,8 @@ BAD_IDS = ["A" * 32, "a" * 31, "a" * 33, "12345678-1234-1234-1234-123456789abc",
 
 
 @pytest.mark.parametrize("name", ENDPOINTS)
-def test_every_endpoint_refuses_a_missing_or_revoked_token(history, call, token_for, name):
-    path, scope, _ = history.paths[name]
+def test_every_endpoint_refuses_a_missing_or_revoked_token(history_rows, call, token_for, name):
+    path, scope, _ = history_rows.paths[name]
     assert error_of(call(path, None)) == (401, "UNAUTHENTICATED", None)
     token = token_for(scope)
     Credential.objects.update(revoked_at=clock.now())
@@ -23,54 +32,54 @@ def test_every_endpoint_refuses_a_missing_or_revoked_token(history, call, token_
 
 
 @pytest.mark.parametrize("name", ENDPOINTS)
-def test_every_endpoint_needs_its_own_scope_and_no_scope_implies_another(history, call, token_for, name):
-    path, scope, _ = history.paths[name]
+def test_every_endpoint_needs_its_own_scope_and_no_scope_implies_another(history_rows, call, token_for, name):
+    path, scope, _ = history_rows.paths[name]
     assert error_of(call(path, token_for(OTHER_SCOPE[scope])))[:2] == (403, "PERMISSION_DENIED")
     assert call(path, token_for(scope))[0] == 200
 
 
 @pytest.mark.parametrize("name", ENDPOINTS)
-def test_unauthenticated_comes_before_forbidden_before_a_malformed_id(history, call, token_for, name):
-    path, scope, _ = history.paths[name]
-    broken = path.replace(history.workflow.id, "NOT-AN-ID")
+def test_unauthenticated_comes_before_forbidden_before_a_malformed_id(history_rows, call, token_for, name):
+    path, scope, _ = history_rows.paths[name]
+    broken = path.replace(history_rows.workflow.id, "NOT-AN-ID")
     assert call(broken, None)[0] == 401
     assert call(broken, token_for(OTHER_SCOPE[scope]))[0] == 403
     assert error_of(call(broken, token_for(scope))) == (400, "INVALID_ARGUMENT", "id")
 
 
-def _id_positions(history, name):
+def _id_positions(history_rows, name):
     """(field, id in the path) for every id segment of an endpoint's path."""
-    path = history.paths[name][0]
+    path = history_rows.paths[name][0]
     fields = {
-        history.workflow.id: "id",
-        history.charge.id: "activation",
-        history.poll.id: "activation",
-        history.signal.id: "signal",
-        history.operation.id: "operation",
-        history.charge.task_id: "task",
+        history_rows.workflow.id: "id",
+        history_rows.charge.id: "activation",
+        history_rows.poll.id: "activation",
+        history_rows.signal.id: "signal",
+        history_rows.operation.id: "operation",
+        history_rows.charge.task_id: "task",
     }
     return [(fields[value], value) for value in re.findall(r"[0-9a-f]{32}", path)]
 
 
 @pytest.mark.parametrize("name", ENDPOINTS)
-def test_each_malformed_path_id_is_a_400_naming_it(history, call, token_for, name):
-    path, scope, _ = history.paths[name]
+def test_each_malformed_path_id_is_a_400_naming_it(history_rows, call, token_for, name):
+    path, scope, _ = history_rows.paths[name]
     token = token_for(scope)
-    for field, value in _id_positions(history, name):
+    for field, value in _id_positions(history_rows, name):
         for bad in BAD_IDS:
             assert error_of(call(path.replace(value, bad), token)) == (400, "INVALID_ARGUMENT", field), (field, bad)
 
 
 @pytest.mark.parametrize("key", ["$root", "%24root", "-charge", "_x", "k" * 65, "caf%C3%A9", "a%20b", "a:b"])
-def test_a_malformed_step_key_or_root_is_a_400_naming_the_key(history, call, reader, key):
+def test_a_malformed_step_key_or_root_is_a_400_naming_the_key(history_rows, call, reader, key):
     for name in ("activations", "activation", "rounds"):
-        path = history.paths[name][0].replace("/charge/", f"/{key}/").replace("/settle/", f"/{key}/")
+        path = history_rows.paths[name][0].replace("/charge/", f"/{key}/").replace("/settle/", f"/{key}/")
         assert error_of(call(path, reader)) == (400, "INVALID_ARGUMENT", "key"), (name, key)
 
 
-def test_a_well_formed_step_key_absent_from_the_definition_is_404(history, call, reader):
+def test_a_well_formed_step_key_absent_from_the_definition_is_404(history_rows, call, reader):
     for name in ("activations", "activation", "rounds"):
-        path = history.paths[name][0].replace("/charge/", "/refund/").replace("/settle/", "/refund/")
+        path = history_rows.paths[name][0].replace("/charge/", "/refund/").replace("/settle/", "/refund/")
         assert error_of(call(path, reader))[:2] == (404, "NOT_FOUND")
 
 
@@ -95,10 +104,8 @@ BAD_QUERIES = [
 
 
 @pytest.mark.parametrize("name", LISTS)
-def test_list_query_parameters_are_checked_and_the_bad_one_named(history, api, token_for, name):
-    from tests.conftest import bearer
-
-    path, scope, _ = history.paths[name]
+def test_list_query_parameters_are_checked_and_the_bad_one_named(history_rows, api, token_for, name):
+    path, scope, _ = history_rows.paths[name]
     token = token_for(scope)
     for query, field in BAD_QUERIES:
         response = api.get(f"{path}?{query}", **bearer(token))
@@ -107,15 +114,15 @@ def test_list_query_parameters_are_checked_and_the_bad_one_named(history, api, t
 
 
 @pytest.mark.parametrize("name", LISTS)
-def test_limit_one_hundred_is_accepted(history, call, token_for, name):
-    path, scope, _ = history.paths[name]
+def test_limit_one_hundred_is_accepted(history_rows, call, token_for, name):
+    path, scope, _ = history_rows.paths[name]
     assert call(path, token_for(scope), limit="100")[0] == 200
 
 
 @pytest.mark.parametrize("name", DETAILS)
 @pytest.mark.parametrize("query", [{"limit": "1"}, {"cursor": "x"}, {"fields": "id"}])
-def test_detail_endpoints_accept_no_query_parameter(history, call, token_for, name, query):
-    path, scope, _ = history.paths[name]
+def test_detail_endpoints_accept_no_query_parameter(history_rows, call, token_for, name, query):
+    path, scope, _ = history_rows.paths[name]
     assert error_of(call(path, token_for(scope), **query)) == (400, "INVALID_ARGUMENT", next(iter(query)))
 
 
@@ -126,18 +133,16 @@ def _second_page_cursor(call, path, token):
 
 
 @pytest.fixture
-def two_of_each(history):
-    from tests.factories import SignalOperationFactory, WorkflowOperationFactory, activate, poll_round, step_of
-
-    workflow = history.workflow
+def two_of_each(history_rows):
+    workflow = history_rows.workflow
     activate(step_of(workflow, "charge"))
-    poll_round(history.poll, 2)
+    poll_round(history_rows.poll, 2)
     other_signal = SignalOperationFactory(signal__workflow=workflow).signal
     SignalOperationFactory(signal=other_signal)
-    SignalOperationFactory(signal=history.signal)
+    SignalOperationFactory(signal=history_rows.signal)
     WorkflowOperationFactory(workflow=workflow)
-    history.other_signal = other_signal
-    return history
+    history_rows.other_signal = other_signal
+    return history_rows
 
 
 def test_a_cursor_only_works_for_its_own_list_kind(two_of_each, call, token_for):
@@ -172,8 +177,8 @@ def test_a_tampered_cursor_is_refused(two_of_each, call, reader):
     assert error_of(call(path, reader, cursor=cursor[:-1]))[2] == "cursor"
 
 
-def test_a_malformed_cursor_is_refused_before_the_instance_is_looked_up(history, call, reader):
-    path = history.paths["signals"][0].replace(history.workflow.id, "e" * 32)
+def test_a_malformed_cursor_is_refused_before_the_instance_is_looked_up(history_rows, call, reader):
+    path = history_rows.paths["signals"][0].replace(history_rows.workflow.id, "e" * 32)
     assert error_of(call(path, reader, cursor="forged")) == (400, "INVALID_ARGUMENT", "cursor")
     assert error_of(call(path, reader))[0] == 404
 
@@ -190,27 +195,25 @@ def test_every_page_re_authorises(two_of_each, call, issue_token):
 
 @pytest.mark.parametrize("name", ENDPOINTS)
 def test_an_instance_of_another_namespace_or_behind_an_inaccessible_queue_is_not_found(
-    history, call, token_for, issue_token, name
+    history_rows, call, token_for, issue_token, name
 ):
-    path, scope, _ = history.paths[name]
+    path, scope, _ = history_rows.paths[name]
     other = WorkflowInstanceFactory(namespace=NamespaceFactory(name="rival"), definition__spec={"steps": STEPS})
-    expected = error_of(call(path.replace(history.workflow.id, "e" * 32), token_for(scope)))
+    expected = error_of(call(path.replace(history_rows.workflow.id, "e" * 32), token_for(scope)))
     assert expected[:2] == (404, "NOT_FOUND")
-    assert error_of(call(path.replace(history.workflow.id, other.id), token_for(scope))) == expected
+    assert error_of(call(path.replace(history_rows.workflow.id, other.id), token_for(scope))) == expected
     restricted = issue_token(scopes=[scope], queues=["ledger"]).token
     assert error_of(call(path, restricted)) == expected
     assert call(path, issue_token(scopes=[scope], queues=["payments"]).token)[0] == 200
 
 
 @pytest.mark.parametrize("name", ["activation", "rounds", "signal", "signal_operations", "signal_operation", "task"])
-def test_a_child_id_that_is_not_under_this_parent_is_not_found(history, call, token_for, name):
-    path, scope, _ = history.paths[name]
+def test_a_child_id_that_is_not_under_this_parent_is_not_found(history_rows, call, token_for, name):
+    path, scope, _ = history_rows.paths[name]
     child = path.split("/")[-2 if name in ("rounds", "signal_operations") else -1]
     assert error_of(call(path.replace(child, "e" * 32), token_for(scope)))[:2] == (404, "NOT_FOUND")
 
 
-def test_methods_other_than_get_are_refused(history, api, reader):
-    from tests.conftest import bearer
-
-    response = api.post(history.paths["activations"][0], {}, format="json", **bearer(reader))
+def test_methods_other_than_get_are_refused(history_rows, api, reader):
+    response = api.post(history_rows.paths["activations"][0], {}, format="json", **bearer(reader))
     assert response.status_code == 405

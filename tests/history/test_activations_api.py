@@ -13,6 +13,7 @@ from history.models import (
     WaitState,
     WorkflowInstance,
 )
+from tests.conftest import bearer
 from tests.factories import NamespaceFactory, SignalFactory, activate, poll_round, step_of
 from tests.history.conftest import error_of
 
@@ -118,8 +119,6 @@ def test_activation_detail_shows_the_requested_activation_beside_the_steps_curre
 
 
 def test_activation_input_and_output_come_back_byte_exact_and_absent_differs_from_null(workflow, reader, api):
-    from tests.conftest import bearer
-
     step = step_of(workflow, "charge")
     absent = activate(step, input='{"amount":1.10}')
     null = activate(step, output="null")

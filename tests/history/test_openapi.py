@@ -3,7 +3,9 @@
 import copy
 import datetime as dt
 import json
+import re
 
+import httpx
 import jsonschema
 import pytest
 
@@ -89,32 +91,32 @@ def test_swagger_ui_is_served_offline_from_the_sidecar(api, db):
     assert "/v1/openapi.json" in page
 
 
-def _fill_optional_fields(history):
+def _fill_optional_fields(history_rows):
     """Give every optional field of the read bodies a value, so the strict check sees them all."""
-    workflow = history.workflow
+    workflow = history_rows.workflow
     WorkflowInstance.objects.filter(id=workflow.id).update(
         stop_kind="CANCEL", deadline_at=T0, review_reason="lease expired", completed_at=T0
     )
-    Step.objects.filter(id=history.charge.step_id).update(resolution={"conclusion": "FAILED"})
+    Step.objects.filter(id=history_rows.charge.step_id).update(resolution={"conclusion": "FAILED"})
     activate(step_of(workflow, "approve"), state=ActivationState.SUCCEEDED, completed_at=T0, output="null")
-    AttemptFactory(task=history.charge.task, state=AttemptState.SUCCEEDED, finished_at=T0, lease_expires_at=T0)
-    history.signal.evidence_ref = "proof:1"
-    history.signal.disposition = Disposition.APPLIED
-    history.signal.state = SignalState.CONSUMED
-    history.signal.consumed_wait_id = step_of(workflow, "approve").current_activation.wait_id
-    history.signal.save()
-    Wait.objects.filter(id=history.signal.consumed_wait_id).update(winner_signal=history.signal, fire_at=T0)
+    AttemptFactory(task=history_rows.charge.task, state=AttemptState.SUCCEEDED, finished_at=T0, lease_expires_at=T0)
+    history_rows.signal.evidence_ref = "proof:1"
+    history_rows.signal.disposition = Disposition.APPLIED
+    history_rows.signal.state = SignalState.CONSUMED
+    history_rows.signal.consumed_wait_id = step_of(workflow, "approve").current_activation.wait_id
+    history_rows.signal.save()
+    Wait.objects.filter(id=history_rows.signal.consumed_wait_id).update(winner_signal=history_rows.signal, fire_at=T0)
     SignalFactory(workflow=workflow, payload_version="", target_activation_sequence=0)
 
 
-def test_every_real_response_matches_its_documented_schema_exactly(history, api, openapi, token_for):
-    _fill_optional_fields(history)
+def test_every_real_response_matches_its_documented_schema_exactly(history_rows, api, openapi, token_for):
+    _fill_optional_fields(history_rows)
     components = openapi["components"]["schemas"]
-    paths = dict(history.paths)
-    approve = step_of(history.workflow, "approve").current_activation_id
-    paths["wait activation"] = (f"/v1/workflows/{history.workflow.id}/steps/approve/activations/{approve}",) + paths[
-        "activation"
-    ][1:]
+    paths = dict(history_rows.paths)
+    approve = step_of(history_rows.workflow, "approve").current_activation_id
+    paths["wait activation"] = (
+        f"/v1/workflows/{history_rows.workflow.id}/steps/approve/activations/{approve}",
+    ) + paths["activation"][1:]
     paths["poll activation"] = (paths["rounds"][0].rsplit("/", 1)[0],) + paths["activation"][1:]
     operation_of = OPERATIONS | {
         "wait activation": "get_workflow_activation",
@@ -129,6 +131,15 @@ def test_every_real_response_matches_its_documented_schema_exactly(history, api,
             copy.deepcopy(operation["responses"]["200"]["content"]["application/json"]["schema"]), components
         )
         jsonschema.validate(json.loads(response.content), schema)
-        refused = api.get(path.replace(history.workflow.id, "e" * 32), **bearer(token_for(scope)))
+        refused = api.get(path.replace(history_rows.workflow.id, "e" * 32), **bearer(token_for(scope)))
         error_schema = _strict(operation["responses"]["404"]["content"]["application/json"]["schema"], components)
         jsonschema.validate(json.loads(refused.content), error_schema)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_swagger_ui_assets_come_from_this_server(live_server):
+    page = httpx.get(f"{live_server.url}/v1/docs/").text
+    assets = re.findall(r'(?:src|href)="(/static/drf_spectacular_sidecar/[^"]+)"', page)
+    assert any(a.endswith("swagger-ui-bundle.js") for a in assets)
+    for asset in assets:
+        assert httpx.get(f"{live_server.url}{asset}").status_code == 200, asset

@@ -1,7 +1,7 @@
 """Every read endpoint runs a fixed number of SQL queries, whatever the page size and history size.
 
 Baselines per endpoint, NetBox style: a change that adds a query per row fails here. The
-large history is bulk-inserted (10 000 rows of each list) to keep the test fast.
+histories (10 and 10 000 rows of each list) are bulk-inserted to keep the test fast.
 """
 
 import datetime as dt
@@ -11,22 +11,22 @@ from django.test.utils import CaptureQueriesContext
 
 from history import clock
 from history.ids import new_id
-from history.models import PollRound, Task, WorkflowOperation
+from history.models import Activation, PollRound, Task, WorkflowOperation
 from tests.conftest import bearer
 from tests.history.conftest import ENDPOINTS, LISTS
 
 # Authentication (1) + instance (1) + definition (1), then what each endpoint reads itself.
 BASELINE = {
     "instance": 11,  # + namespace, steps, current activations, their tasks; eligibility (a RUNNING instance: 4)
-    "activations": 5,  # + step, page
+    "activations": 6,  # + step, page keys, page rows
     "activation": 6,  # + step, requested and current activation, current task
-    "rounds": 9,  # + step, activation, fixed queue, gate, page, the page's tasks
-    "signals": 4,  # + page
+    "rounds": 10,  # + step, activation, fixed queue, gate, page keys, page rows, their tasks
+    "signals": 5,  # + page keys, page rows
     "signal": 4,  # + signal
-    "signal_operations": 5,  # + signal, page
+    "signal_operations": 6,  # + signal, page keys, page rows
     "signal_operation": 5,  # + signal, record
     "task": 8,  # + task, activation, step, fixed queue, attempts
-    "operations": 4,  # + page
+    "operations": 5,  # + page keys, page rows
 }
 WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 ROWS = 10_000
@@ -42,10 +42,10 @@ def _queries(api, token, path, limit):
     return len(statements)
 
 
-def _measure(history, api, token_for):
+def _measure(history_rows, api, token_for):
     counts = {}
     for name in ENDPOINTS:
-        path, scope, is_list = history.paths[name]
+        path, scope, is_list = history_rows.paths[name]
         token = token_for(scope)
         for limit in (1, 100) if is_list else (None,):
             counts[(name, limit)] = _queries(api, token, path, limit)
@@ -71,27 +71,61 @@ def _clone(template, vary) -> None:
         cursor.executemany(f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({marks})", rows)
 
 
-def _bulk_history(history):
-    """ROWS more rows in every list the endpoints read, each newer than the existing ones."""
+def _grow_history(history_rows, size):
+    """Bring every list the endpoints read to ``size`` rows, each new row newer than the existing ones."""
+    have = PollRound.objects.filter(activation=history_rows.poll).count()
+    numbers = range(have + 1, size + 1)
     start = clock.now() + dt.timedelta(seconds=1)
-    later = [start + dt.timedelta(microseconds=n) for n in range(ROWS)]
-    _clone(history.charge, ({"id": new_id(), "sequence": n + 2, "created_at": t} for n, t in enumerate(later)))
-    first_round = PollRound.objects.get(activation=history.poll)
-    task_ids = [new_id() for _ in range(ROWS)]
-    _clone(Task.objects.get(id=first_round.task_id), ({"id": i, "source_round": n + 2} for n, i in enumerate(task_ids)))
-    _clone(first_round, ({"id": new_id(), "round": n + 2, "task_id": i} for n, i in enumerate(task_ids)))
-    _clone(history.signal, ({"id": new_id(), "accepted_at": t} for t in later))
-    _clone(history.operation, ({"id": new_id(), "created_at": t} for t in later))
-    _clone(WorkflowOperation.objects.get(workflow=history.workflow), ({"id": new_id(), "created_at": t} for t in later))
+    times = [start + dt.timedelta(microseconds=n) for n in numbers]
+    _clone(
+        history_rows.charge,
+        ({"id": new_id(), "sequence": n, "created_at": t} for n, t in zip(numbers, times, strict=True)),
+    )
+    first_round = PollRound.objects.filter(activation=history_rows.poll).order_by("round").first()
+    task_ids = [new_id() for _ in numbers]
+    _clone(
+        Task.objects.get(id=first_round.task_id),
+        ({"id": i, "source_round": n} for n, i in zip(numbers, task_ids, strict=True)),
+    )
+    _clone(first_round, ({"id": new_id(), "round": n, "task_id": i} for n, i in zip(numbers, task_ids, strict=True)))
+    _clone(history_rows.signal, ({"id": new_id(), "accepted_at": t} for t in times))
+    _clone(history_rows.operation, ({"id": new_id(), "created_at": t} for t in times))
+    _clone(
+        WorkflowOperation.objects.filter(workflow=history_rows.workflow).first(),
+        ({"id": new_id(), "created_at": t} for t in times),
+    )
 
 
-def test_every_read_runs_a_constant_number_of_queries_whatever_the_limit_and_history(history, api, token_for):
-    small = _measure(history, api, token_for)
-    _bulk_history(history)
-    large = _measure(history, api, token_for)
+def test_every_read_runs_a_constant_number_of_queries_whatever_the_limit_and_history(history_rows, api, token_for):
+    _grow_history(history_rows, 10)
+    small = _measure(history_rows, api, token_for)
+    _grow_history(history_rows, ROWS)
+    large = _measure(history_rows, api, token_for)
 
     assert small == large
-    assert PollRound.objects.filter(activation=history.poll).count() == ROWS + 1
+    assert PollRound.objects.filter(activation=history_rows.poll).count() == ROWS
+    assert Activation.objects.filter(step_id=history_rows.charge.step_id).count() == ROWS
     assert {name: count for (name, _), count in small.items()} == BASELINE
     for name in LISTS:
         assert small[(name, 1)] == small[(name, 100)]
+
+
+def test_reads_never_write_not_even_on_a_refusal(history_rows, api, token_for):
+    """Only SELECTs, whether the read succeeds, pages on, finds nothing or finds corruption."""
+    statements = []
+    for name in ENDPOINTS:
+        path, scope, is_list = history_rows.paths[name]
+        token = token_for(scope)
+        with CaptureQueriesContext(connection) as captured:
+            page = api.get(path, {"limit": "1"} if is_list else None, **bearer(token))
+            cursor = page.json()["data"].get("next_cursor") if is_list else None
+            if cursor:
+                api.get(path, {"limit": "1", "cursor": cursor}, **bearer(token))
+            api.get(path.replace(history_rows.workflow.id, "e" * 32), **bearer(token))
+        statements += [q["sql"].lstrip().split(" ", 1)[0].upper() for q in captured.captured_queries]
+    Task.objects.filter(id=history_rows.charge.task_id).update(source_activation_id="d" * 32)
+    token = token_for("workflows:read")
+    with CaptureQueriesContext(connection) as captured:
+        assert api.get(history_rows.paths["instance"][0], **bearer(token)).status_code == 503
+    statements += [q["sql"].lstrip().split(" ", 1)[0].upper() for q in captured.captured_queries]
+    assert set(statements) == {"SELECT"}

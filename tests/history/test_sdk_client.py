@@ -202,10 +202,21 @@ def test_a_write_is_re_sent_only_with_its_own_idempotency_key():
     assert [r.headers["Idempotency-Key"] for r in server.requests] == ["key-1", "key-1"]
     assert {r.content for r in server.requests} == {b'{"expected_revision":"7","result":{"paid":1.10}}'}
 
-    unkeyed = Server((0, httpx.ConnectError("down")))
+
+def test_a_write_without_an_idempotency_key_is_sent_once_and_never_again():
+    server = Server((0, httpx.ConnectError("down")))
     with pytest.raises(WeaveNetworkError):
-        client_for(unkeyed).send_signal(W, command={"name": "approved"})
-    assert len(unkeyed.requests) == 1
+        client_for(server)._send("POST", f"/v1/workflows/{W}/pause", body={"expected_control_revision": "1"})
+    assert len(server.requests) == 1
+
+
+def test_send_signal_posts_the_command_under_its_key_and_checks_the_workflow():
+    receipt = {"signal_id": G, "workflow_id": W, "state": "PENDING"}
+    server = Server((200, receipt))
+    answer = client_for(server).send_signal(W, idempotency_key="sig-1", command={"payload": RawJSON("1.10")})
+    assert answer.data["signal_id"] == G and server.requests[0].content == b'{"payload":1.10}'
+    with pytest.raises(WeaveResponseError):
+        client_for(Server((200, receipt | {"workflow_id": G}))).send_signal(W, idempotency_key="k", command={})
 
 
 def test_a_receipt_for_another_workflow_is_an_error():

@@ -183,3 +183,9 @@ def test_a_signal_operation_whose_workflow_disagrees_with_its_signal_is_unavaila
     signal, record = accept_signal(workflow)
     SignalOperation.objects.filter(id=record.id).update(workflow_id="e" * 32)
     assert error_of(call(f"{_signals(workflow)}/{signal.id}/operations/{record.id}", auditor))[0] == 503
+
+
+def test_a_missing_child_is_not_found_even_under_a_corrupted_signal(workflow, auditor, call):
+    signal, _ = accept_signal(workflow)
+    Signal.objects.filter(id=signal.id).update(namespace=NamespaceFactory(name="elsewhere"))
+    assert error_of(call(f"{_signals(workflow)}/{signal.id}/operations/{'e' * 32}", auditor))[0] == 404
