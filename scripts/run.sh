@@ -1,12 +1,25 @@
 #!/usr/bin/env bash
-# The product on the embedded SQLite default: migrate, seed, serve admin + API on 127.0.0.1:8000.
+# The product on the embedded SQLite default: migrate, seed the demo scenarios, serve the admin
+# and the API on 127.0.0.1:8000, and run the background (a runner and a worker per demo queue).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh runtime
 export PATH="$PWD/.venv/bin:$PATH"
 mkdir -p var
+fresh=false
+[ -n "${WEAVE_DATABASE_URL:-}" ] || [ -f var/weave.sqlite3 ] || fresh=true
 python manage.py migrate --no-input -v0
+if $fresh; then
+  echo "== seeding the demo scenarios"
+  python manage.py weave_demo
+fi
 python manage.py weave_bootstrap --namespace demo --actor operator --workflow-audit-access --recover-access \
   --admin-user admin --group operators --group auditors
-echo "admin: http://127.0.0.1:8000/admin/   API: http://127.0.0.1:8000/v1/"
-exec python manage.py runserver 127.0.0.1:8000 --noreload
+
+# Stop the background with the server (Ctrl-C).
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+python manage.py weave_runner &
+python manage.py weave_worker --namespace demo --queue demo-tasks &
+python manage.py weave_worker --namespace demo --queue demo-polls &
+echo "admin: http://127.0.0.1:8000/admin/   API: http://127.0.0.1:8000/v1/   docs: http://127.0.0.1:8000/v1/docs/"
+python manage.py runserver 127.0.0.1:8000 --noreload --insecure
