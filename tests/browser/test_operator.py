@@ -1,0 +1,76 @@
+"""An operator recovers engine-made instances through the admin forms, in a real browser."""
+
+import pytest
+from django.contrib.auth.models import Group, User
+
+from engine.demo import demo_run
+from engine.runner import runner_settle
+from history.models import Namespace, Operator
+from tests.browser.conftest import admin_login
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def demo(live_server):
+    scenarios = demo_run(namespace="demo")
+    user = User.objects.create_user("olga", password="pw", is_staff=True)
+    user.groups.set([Group.objects.get(name="operators")])
+    namespace = Namespace.objects.get(name=scenarios["namespace"])
+    Operator.objects.create(user=user, namespace=namespace, actor_id="f" * 32, queue_access="*")
+    return scenarios["scenarios"]
+
+
+def _decide(page, operation, *, reason, result=None, screenshot=None):
+    """Open an operation's form from the instance page, preview it, then confirm it."""
+    page.click(f"a[data-operation={operation}]")
+    page.fill("#id_reason", reason)
+    page.fill("#id_evidence_ref", "ticket:OPS-42")
+    page.check("#id_declaration")
+    if result is not None:
+        page.select_option("#id_conclusion", "SUCCEEDED")
+        page.fill("#id_result", result)
+    page.click("input[name=_preview]")
+    page.wait_for_selector("#preview")
+    if screenshot:
+        page.screenshot(path=str(screenshot), full_page=True)
+    page.click("input[name=_confirm]")
+    page.wait_for_selector("ul.messagelist li.success")
+
+
+def test_an_operator_reviews_resolves_and_continues_an_unknown_task_to_success(live_server, page, demo, screenshots):
+    instance_id = demo["task_unknown"]["instance_id"]
+    admin_login(page, live_server, "olga")
+    url = f"{live_server.url}/admin/history/workflowinstance/{instance_id}/change/"
+    page.goto(url)
+    assert page.inner_text("#instance-state") == "NEEDS_REVIEW"
+    page.screenshot(path=str(screenshots / "instance-task-unknown.png"), full_page=True)
+
+    _decide(
+        page,
+        "review-task",
+        reason="the payment is in the ledger",
+        result='{"paid": true}',
+        screenshot=screenshots / "preview-review-task.png",
+    )
+    runner_settle()  # the background consumes the REVIEWED result event
+    page.goto(url)
+    _decide(page, "resolve-step", reason="the charge succeeded", result='{"paid": true}')
+    page.goto(url)
+    _decide(page, "continue", reason="every matter is handled")
+    runner_settle()  # the root continuation advances the graph
+    page.goto(url)
+    assert page.inner_text("#instance-state") == "SUCCEEDED"
+
+
+def test_an_operator_retries_a_failed_step_and_sees_the_new_activation(live_server, page, demo, screenshots):
+    instance_id = demo["task_failed_budget_left"]["instance_id"]
+    admin_login(page, live_server, "olga")
+    page.goto(f"{live_server.url}/admin/history/workflowinstance/{instance_id}/change/")
+    assert page.locator("#step-charge tr.activation").count() == 1
+    _decide(page, "retry-step", reason="the card network is back")
+    timeline = page.locator("#step-charge tr.activation")
+    assert timeline.count() == 2
+    assert timeline.first.get_attribute("data-sequence") == "2"
+    assert "current" in timeline.first.inner_text()
+    page.screenshot(path=str(screenshots / "instance-after-retry.png"), full_page=True)
