@@ -11,3 +11,6 @@ lint:
 
 format:
 	scripts/setup.sh dev && .venv/bin/ruff check --fix . && .venv/bin/ruff format .
+
+integration:  ## the SDK end to end against a live server, and the runnable examples
+	scripts/setup.sh dev && .venv/bin/pytest tests/history/test_sdk_live.py tests/test_examples.py
