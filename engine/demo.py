@@ -79,6 +79,7 @@ DEFINITIONS = {
     "demo-task-fail": [_task_step("charge", "demo.fail", max_attempts=3)],
     "demo-poll-fail": [_poll_step("demo.fail")],
     "demo-poll-pending": [_poll_step("demo.poll_pending", max_rounds=2)],
+    "demo-poll-review": [_poll_step("demo.poll_pending", max_rounds=3)],
     "demo-approval": [
         _signal_step(
             "approve",
@@ -227,7 +228,7 @@ def demo_run(*, namespace: str = "demo") -> dict:
         demo.signal(instance, "approve", "approval", {"approved": "yes"}, "order-1")
         scenarios["signal_rearm"] = _entry(instance, "approve")
 
-        instance = demo.start("demo-poll-pending", {"transfer": "t-3", "pending_rounds": 1})
+        instance = demo.start("demo-poll-review", {"transfer": "t-3", "pending_rounds": 2})
         demo.run(instance, POLLS)
         clock.advance(dt.timedelta(seconds=61))
         runner_settle()

@@ -302,7 +302,8 @@ def _apply_reviewed(activation: Activation, task: Task, event: ResultEvent, spec
         spec["kind"] == StepKind.POLL
         and event.outcome == "SUCCEEDED"
         and activation.last_task_id == task.id
-        and not activation.last_round_classification
+        # Only the open round: an earlier round's classification is no answer for this one.
+        and task.source_round == (activation.used_rounds or 0) + 1
     ):
         classification = poll_classify(step_spec=spec, result_text=event.result)
         if classification is not None:
