@@ -93,4 +93,5 @@ def cases():
         ("continue", instance_continue, continue_, states.task_resolved_state),
         ("retry-step-task", step_retry, retry, states.task_failed_state),
         ("retry-step-poll", step_retry, retry, states.poll_round_failed_state),
+        ("retry-step-final-signal", step_retry, retry, states.poll_final_signal_violation_state),
     ]

@@ -18,6 +18,7 @@ BOUNDS = {
     "continue": 18,
     "retry-step-task": 34,
     "retry-step-poll": 37,
+    "retry-step-final-signal": 37,
 }
 
 
