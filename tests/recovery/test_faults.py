@@ -58,3 +58,13 @@ def test_a_failing_result_stream_write_rolls_back_a_committed_review(tenancy, re
     assert history_digest() == before
     assert not WorkflowOperation.objects.filter(workflow=state.instance).exists()
     assert ResultEvent.objects.filter(task=state.task).count() == 1
+
+
+@pytest.mark.django_db
+def test_the_digest_sees_any_changed_column(tenancy):
+    state = states.task_failed_state(tenancy)
+    before = history_digest()
+    assert history_digest() == before
+    state.task.priority += 1
+    state.task.save(update_fields=["priority"])
+    assert history_digest() != before
