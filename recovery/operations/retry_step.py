@@ -270,6 +270,9 @@ FINAL_SIGNAL_KEPT = (
 def _final_signal_plan(ctx: Context, history: StepHistory) -> RearmPlan:
     """A POLL step whose final-signal wait broke: a new wait generation, the answered round never re-queried."""
     current = history.current
+    problem = history.unsettled()
+    if problem:
+        raise FailedPrecondition(problem)
     if current.last_round_classification != "SUCCEEDED":
         raise FailedPrecondition("a final-signal wait follows only a SUCCEEDED classification")
     wait = wait_rearmable(ctx, history)
