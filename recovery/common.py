@@ -10,6 +10,7 @@ returns a plan) and ``apply`` (writes the plan). The same ``check`` runs without
 the eligibility and preview of ``recovery.eligibility``: one rule set, never two.
 """
 
+import abc
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable
@@ -49,8 +50,6 @@ from recovery.commands import Command, command_fingerprint, idempotency_key_chec
 from recovery.receipts import KeyRaced, Receipt, receipt_claim, receipt_freeze, receipt_replay
 
 _PLAIN_MODELS = {
-    Level.INSTANCE: WorkflowInstance,
-    Level.GATE: Gate,
     Level.STEP: Step,
     Level.ACTIVATION: Activation,
     Level.WAIT: Wait,
@@ -77,15 +76,16 @@ def change(before, after) -> dict:
     return {"before": before, "after": after}
 
 
-class Plan:
+class Plan(abc.ABC):
     """What a checked command will write; ``preview`` shows it without writing."""
 
     # The instance state and gate after the operation; None keeps them (review stays).
     instance_state: str | None = None
     gate_open: bool | None = None
 
+    @abc.abstractmethod
     def preview(self) -> dict:
-        raise NotImplementedError
+        """States before → after and what is kept, for the operator to confirm."""
 
 
 def instance_snapshot(instance: WorkflowInstance, gate: Gate) -> dict:
@@ -274,9 +274,9 @@ class StepHistory:
     def attempts_used(self, task_ids: Iterable[str]) -> int:
         return sum(len(self.attempts.get(t, ())) for t in task_ids)
 
-    def unsettled(self, task_ids: Iterable[str] | None = None) -> str | None:
+    def unsettled(self) -> str | None:
         """Why some historical task is not known settled, or None."""
-        for task_id in sorted(self.tasks if task_ids is None else task_ids):
+        for task_id in sorted(self.tasks):
             task = self.tasks[task_id]
             if task.state not in TERMINAL_TASK_STATES:
                 return f"task {task_id} is {task.state}: review it or let it finish first"
@@ -413,7 +413,7 @@ class Effect:
     execution_audit: ExecutionAudit | None = None
 
 
-class Operation:
+class Operation(abc.ABC):
     """One recovery operation: its names, command, checks and writes."""
 
     name: str  # the API path segment, e.g. "retry-step"
@@ -424,13 +424,15 @@ class Operation:
         """The task whose application and queue must be locked before the operation key (plain read)."""
         return None
 
-    def check(self, ctx: Context, command):
-        raise NotImplementedError
+    @abc.abstractmethod
+    def check(self, ctx: Context, command) -> Plan:
+        """Read (and lock, when committing) what the command needs; raise in the SPEC order."""
 
+    @abc.abstractmethod
     def apply(self, ctx: Context, command, plan, *, operation_id: str) -> Effect:
-        raise NotImplementedError
+        """Write the checked plan."""
 
-    def publish(self, ctx: Context, plan) -> None:
+    def publish(self, ctx: Context, plan) -> None:  # noqa: B027 - most operations publish nothing
         """Writes that must come after everything else (the result stream); none by default."""
 
 

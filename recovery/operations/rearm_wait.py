@@ -64,6 +64,69 @@ def wait_snapshot(wait: Wait) -> dict:
     }
 
 
+def wait_rearmable(ctx: Context, history: StepHistory) -> Wait:
+    """The current activation's wait, in review and before its original deadline."""
+    current = history.current
+    wait = history.waits.get(current.wait_id)
+    if wait is None:
+        raise Unavailable(f"activation {current.id} of a {history.step.kind} step has no wait")
+    if wait.state != WaitState.NEEDS_REVIEW:
+        raise FailedPrecondition(f"wait generation {wait.generation} is {wait.state}, not NEEDS_REVIEW")
+    if wait.deadline_at <= ctx.now:
+        raise FailedPrecondition(f"the wait's deadline {rfc3339(wait.deadline_at)} has passed; it is never extended")
+    return wait
+
+
+def wait_generation_next(ctx: Context, *, history: StepHistory, wait: Wait, **activation_fields) -> Effect:
+    """Activation sequence+1 WAITING on wait generation+1 with the same contract, correlation and deadlines;
+    the old activation and wait become SUPERSEDED (the wait keeps its winner)."""
+    step, current = history.step, history.current
+    before = {"step": step_snapshot(step), "activation": activation_snapshot(current), "wait": wait_snapshot(wait)}
+    activation_id, wait_id = new_id(), new_id()
+    activation = Activation.objects.create(
+        id=activation_id,
+        step=step,
+        instance=ctx.instance,
+        sequence=current.sequence + 1,
+        state=ActivationState.WAITING,
+        input=current.input,
+        deadline_at=current.deadline_at,
+        latest_start_at=current.latest_start_at,
+        wait_id=wait_id,
+        created_at=ctx.now,
+        updated_at=ctx.now,
+        **activation_fields,
+    )
+    new_wait = Wait.objects.create(
+        id=wait_id,
+        instance=ctx.instance,
+        step=step,
+        activation=activation,
+        kind=wait.kind,
+        generation=wait.generation + 1,
+        signal_name=wait.signal_name,
+        payload_version=wait.payload_version,
+        correlation_key=wait.correlation_key,
+        deadline_at=wait.deadline_at,
+        fire_at=wait.fire_at,
+        state=WaitState.WAITING,
+        created_at=ctx.now,
+        updated_at=ctx.now,
+    )
+    wait.state, wait.updated_at = WaitState.SUPERSEDED, ctx.now
+    wait.save(update_fields=["state", "updated_at"])
+    bump(current, now=ctx.now, state=ActivationState.SUPERSEDED)
+    bump(step, now=ctx.now, state=StepState.WAITING, current_activation=activation)
+    after = {
+        "step": step_snapshot(step),
+        "activation": activation_snapshot(current),
+        "wait": wait_snapshot(wait),
+        "new_activation": activation_snapshot(activation),
+        "new_wait": wait_snapshot(new_wait),
+    }
+    return Effect(before=before, after=after, step_key=step.key, activation=activation)
+
+
 class RearmWait(Operation):
     name = "rearm-wait"
     action = "workflow.rearm_wait"
@@ -80,62 +143,10 @@ class RearmWait(Operation):
             raise FailedPrecondition(f"step {step.key!r} succeeded: a succeeded step is never re-run")
         if current.state != ActivationState.NEEDS_REVIEW:
             raise FailedPrecondition(f"activation {current.sequence} is {current.state}, not NEEDS_REVIEW")
-        wait = history.waits.get(current.wait_id)
-        if wait is None:
-            raise Unavailable(f"activation {current.id} of a {step.kind} step has no wait")
-        if wait.state != WaitState.NEEDS_REVIEW:
-            raise FailedPrecondition(f"wait generation {wait.generation} is {wait.state}, not NEEDS_REVIEW")
-        if wait.deadline_at <= ctx.now:
-            raise FailedPrecondition(
-                f"the wait's deadline {rfc3339(wait.deadline_at)} has passed; it is never extended"
-            )
-        return RearmPlan(history=history, wait=wait)
+        return RearmPlan(history=history, wait=wait_rearmable(ctx, history))
 
     def apply(self, ctx: Context, command: RearmWaitCommand, plan: RearmPlan, *, operation_id: str) -> Effect:
-        step, current, wait = plan.history.step, plan.history.current, plan.wait
-        before = {"step": step_snapshot(step), "activation": activation_snapshot(current), "wait": wait_snapshot(wait)}
-        activation_id, wait_id = new_id(), new_id()
-        activation = Activation.objects.create(
-            id=activation_id,
-            step=step,
-            instance=ctx.instance,
-            sequence=current.sequence + 1,
-            state=ActivationState.WAITING,
-            input=current.input,
-            deadline_at=current.deadline_at,
-            latest_start_at=current.latest_start_at,
-            wait_id=wait_id,
-            created_at=ctx.now,
-            updated_at=ctx.now,
-        )
-        new_wait = Wait.objects.create(
-            id=wait_id,
-            instance=ctx.instance,
-            step=step,
-            activation=activation,
-            kind=wait.kind,
-            generation=wait.generation + 1,
-            signal_name=wait.signal_name,
-            payload_version=wait.payload_version,
-            correlation_key=wait.correlation_key,
-            deadline_at=wait.deadline_at,
-            fire_at=wait.fire_at,
-            state=WaitState.WAITING,
-            created_at=ctx.now,
-            updated_at=ctx.now,
-        )
-        wait.state, wait.updated_at = WaitState.SUPERSEDED, ctx.now
-        wait.save(update_fields=["state", "updated_at"])
-        bump(current, now=ctx.now, state=ActivationState.SUPERSEDED)
-        bump(step, now=ctx.now, state=StepState.WAITING, current_activation=activation)
-        after = {
-            "step": step_snapshot(step),
-            "activation": activation_snapshot(current),
-            "wait": wait_snapshot(wait),
-            "new_activation": activation_snapshot(activation),
-            "new_wait": wait_snapshot(new_wait),
-        }
-        return Effect(before=before, after=after, step_key=step.key, activation=activation)
+        return wait_generation_next(ctx, history=plan.history, wait=plan.wait)
 
 
 REARM_WAIT = RearmWait()

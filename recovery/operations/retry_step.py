@@ -3,7 +3,8 @@
 TASK: the new task gets what is left of the definition's max_attempts after every attempt of
 every historical task of the step; the activations of the step never outnumber max_attempts.
 POLL: the same business round is re-queried with what is left of its attempts_per_round; a new
-business round is never opened, and a round already classified is never re-queried.
+business round is never opened, and a round already classified is never re-queried. A POLL step
+whose final-signal wait broke gets a new wait generation instead (no query, no task).
 The new task inherits the original deadline, latest start, exact input and business keys, is
 charged to the original task's application and queue, and waits behind the closed gate.
 """
@@ -22,6 +23,7 @@ from history.models import (
     StepState,
     Task,
     TaskState,
+    WaitKind,
 )
 from recovery.commands import RetryStepCommand
 from recovery.common import (
@@ -42,6 +44,7 @@ from recovery.common import (
     step_snapshot,
     task_snapshot,
 )
+from recovery.operations.rearm_wait import RearmPlan, wait_generation_next, wait_rearmable
 from recovery.operations.resolve_step import step_reviewable
 from recovery.receipts import Receipt
 
@@ -143,7 +146,7 @@ class RetryStep(Operation):
         task_id = (activation.task_id or activation.last_task_id) if activation else None
         return Task.objects.filter(pk=task_id, namespace_id=identity.namespace_id).first() if task_id else None
 
-    def check(self, ctx: Context, command: RetryStepCommand) -> RetryPlan:
+    def check(self, ctx: Context, command: RetryStepCommand) -> RetryPlan | RearmPlan:
         history = step_decision_resolve(ctx, command)
         step, current = history.step, history.current
         if step.kind not in (StepKind.TASK, StepKind.POLL):
@@ -157,6 +160,8 @@ class RetryStep(Operation):
             raise FailedPrecondition(f"the instance has a {instance.stop_kind} stop intent: no new work starts")
         if instance.deadline_at is not None and instance.deadline_at <= ctx.now:
             raise FailedPrecondition("the instance deadline has passed: no new work starts")
+        if step.kind == StepKind.POLL and current.wait_id:
+            return _final_signal_plan(ctx, history)
         if not chain:
             raise FailedPrecondition("the current activation has not queried any round: nothing to retry")
         _deadline_checks(ctx, chain[0])
@@ -186,7 +191,11 @@ class RetryStep(Operation):
             quota=quota_take(ctx, chain[-1]),
         )
 
-    def apply(self, ctx: Context, command: RetryStepCommand, plan: RetryPlan, *, operation_id: str) -> Effect:
+    def apply(self, ctx: Context, command: RetryStepCommand, plan, *, operation_id: str) -> Effect:
+        if isinstance(plan, RearmPlan):
+            current = plan.history.current
+            kept = {name: getattr(current, name) for name in FINAL_SIGNAL_KEPT}
+            return wait_generation_next(ctx, history=plan.history, wait=plan.wait, **kept)
         history, previous, original = plan.history, plan.previous, plan.original
         step, current, first = history.step, history.current, history.first
         before = {"step": step_snapshot(step), "activation": activation_snapshot(current)}
@@ -243,6 +252,33 @@ class RetryStep(Operation):
             "new_task": task_snapshot(task) | {"retry_of": previous.id},
         }
         return Effect(before=before, after=after, step_key=step.key, activation=activation, task_id=task.id)
+
+
+FINAL_SIGNAL_KEPT = (
+    "first_round",
+    "first_round_attempts_used",
+    "used_rounds",
+    "max_rounds",
+    "attempts_per_round",
+    "interval_seconds",
+    "poll_deadline_at",
+    "round_deadline_at",
+    "last_round_classification",
+)
+
+
+def _final_signal_plan(ctx: Context, history: StepHistory) -> RearmPlan:
+    """A POLL step whose final-signal wait broke: a new wait generation, the answered round never re-queried."""
+    current = history.current
+    problem = history.unsettled()
+    if problem:
+        raise FailedPrecondition(problem)
+    if current.last_round_classification != "SUCCEEDED":
+        raise FailedPrecondition("a final-signal wait follows only a SUCCEEDED classification")
+    wait = wait_rearmable(ctx, history)
+    if wait.kind != WaitKind.POLL_FINAL_SIGNAL:
+        raise Unavailable(f"activation {current.id} of a POLL step waits on a {wait.kind} wait")
+    return RearmPlan(history=history, wait=wait)
 
 
 def _deadline_checks(ctx: Context, original: Task) -> None:

@@ -70,3 +70,28 @@ def current_activation(state: State, key: str | None = None) -> Activation:
 
 def run(service, identity, state: State, command: dict, key: str = "key-1"):
     return service(identity=identity, instance_id=state.instance.id, idempotency_key=key, command=command)
+
+
+def cases():
+    """Each operation with a state it succeeds on and its command builder: (name, service, build, make)."""
+    from recovery.operations import (
+        instance_continue,
+        poll_continue,
+        step_resolve,
+        step_retry,
+        task_review,
+        wait_rearm,
+    )
+    from tests.recovery import states
+
+    return [
+        ("review-task", task_review, review, states.task_unknown_state),
+        ("resolve-step", step_resolve, resolve, states.task_reviewed_state),
+        ("continue-poll", poll_continue, continue_poll, states.poll_pending_reviewed_state),
+        ("rearm-wait-signal", wait_rearm, rearm, states.signal_contract_violation_state),
+        ("rearm-wait-timer", wait_rearm, rearm, states.timer_late_state),
+        ("continue", instance_continue, continue_, states.task_resolved_state),
+        ("retry-step-task", step_retry, retry, states.task_failed_state),
+        ("retry-step-poll", step_retry, retry, states.poll_round_failed_state),
+        ("retry-step-final-signal", step_retry, retry, states.poll_final_signal_violation_state),
+    ]

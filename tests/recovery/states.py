@@ -454,20 +454,38 @@ def poll_rounds_exhausted_state(tenancy, **instance) -> State:
     return quota_sync(state)
 
 
+def poll_final_signal_violation_state(tenancy, **instance) -> State:
+    """Round 1 classified SUCCEEDED; the final signal that followed broke the contract: in review."""
+    spec = POLL_STEP | {"final_signal": {"name": "settled", "payload_version": "1"}}
+    state = instance_make(tenancy, [spec], **instance)
+    activation = _poll_activation(state, state_=ActivationState.NEEDS_REVIEW, used_rounds=1, classification="SUCCEEDED")
+    task, started = _poll_round(
+        state,
+        activation,
+        1,
+        task_state=TaskState.SUCCEEDED,
+        attempts=[AttemptState.SUCCEEDED],
+        result='{"status":"DONE"}',
+    )
+    result_event_add(state, task, ResultKind.RESULT, "SUCCEEDED", task.result, at=started)
+    _wait_add(state, "settle", WaitKind.POLL_FINAL_SIGNAL, deadline_at=clock.now() + HOUR, activation=activation)
+    return quota_sync(state)
+
+
 # ---- SIGNAL and TIMER -------------------------------------------------------------------
 
 
-def _wait_add(state: State, key: str, kind: str, *, fire_at=None, deadline_at) -> Activation:
-    activation = activation_add(state, key, state_=ActivationState.NEEDS_REVIEW)
+def _wait_add(state: State, key: str, kind: str, *, fire_at=None, deadline_at, activation=None) -> Activation:
+    activation = activation or activation_add(state, key, state_=ActivationState.NEEDS_REVIEW)
     spec = state.definition.step_spec(key)
     wait = Wait.objects.create(
         instance=state.instance,
         step=state.steps[key],
         activation=activation,
         kind=kind,
-        signal_name=spec.get("name", ""),
-        payload_version=spec.get("payload_version", ""),
-        correlation_key="A-1" if kind == WaitKind.SIGNAL else "",
+        signal_name=(spec.get("final_signal") or spec).get("name", ""),
+        payload_version=(spec.get("final_signal") or spec).get("payload_version", ""),
+        correlation_key="" if kind == WaitKind.TIMER else "A-1",
         deadline_at=deadline_at,
         fire_at=fire_at,
         state=WaitState.NEEDS_REVIEW,

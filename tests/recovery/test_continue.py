@@ -124,3 +124,14 @@ def test_continue_after_retry_lets_the_new_task_run(tenancy, recoverer):
     _, instance, gate = _continue(state, recoverer)
     assert instance.state == "RUNNING" and gate.open
     assert Task.objects.get(pk=retried.data["task_id"]).state == TaskState.QUEUED
+
+
+def test_continue_keeps_an_earlier_fail_settlement(tenancy, recoverer):
+    state = _resolved(tenancy, recoverer, stop_kind="FAIL")
+    _, instance, gate = _continue(state, recoverer)
+    assert (instance.state, instance.stop_kind, instance.stop_reason, gate.open) == (
+        "CANCELLING",
+        "FAIL",
+        "operator cancel",
+        False,
+    )

@@ -92,3 +92,21 @@ def test_a_preview_refuses_like_the_commit(tenancy, recoverer):
         ),
         "FAILED_PRECONDITION",
     )
+
+
+def _entry(eligibility: dict, state, operation: str) -> dict:
+    if operation == "continue":
+        return eligibility["continue"]
+    return eligibility["steps"][state.step.key][operation]
+
+
+@pytest.mark.parametrize(("name", "service", "build", "make"), rq.cases(), ids=[c[0] for c in rq.cases()])
+def test_eligibility_offers_exactly_the_operation_that_then_commits(tenancy, recoverer, name, service, build, make):
+    state = make(tenancy)
+    operation = next(op for op in ("rearm-wait", "retry-step", name) if name.startswith(op))
+    eligibility = instance_eligibility(identity=recoverer, instance_id=state.instance.id)
+    entry = _entry(eligibility, state, operation)
+    assert entry["possible"] is True, entry
+    receipt = rq.run(service, recoverer, state, build(state))
+    assert entry["preview"]["instance"]["revision"]["after"] == receipt.data["revision"]
+    assert entry["preview"]["operation"] == receipt.data["operation"]

@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 
 from history import clock
-from history.models import Activation, Attempt, Gate, PollRound, Step, Task, TaskState, WorkflowInstance
+from history.models import Activation, Attempt, Gate, PollRound, Step, Task, TaskState, Wait, WorkflowInstance
 from recovery.operations import step_resolve, step_retry
 from tests.recovery import requests as rq
 from tests.recovery import states
@@ -192,3 +192,25 @@ def test_poll_retry_refuses_a_round_that_spent_its_attempts(tenancy, recoverer):
 def test_a_round_whose_query_answered_pending_is_never_re_queried(tenancy, recoverer):
     state = states.poll_pending_reviewed_state(tenancy)
     assert_refused(lambda: rq.run(step_retry, recoverer, state, rq.retry(state)), "FAILED_PRECONDITION")
+
+
+def test_a_broken_final_signal_wait_of_a_poll_gets_a_new_generation_without_a_new_query(tenancy, recoverer):
+    state = states.poll_final_signal_violation_state(tenancy)
+    old_wait, old = state.wait, state.activation
+    receipt = rq.run(step_retry, recoverer, state, rq.retry(state))
+    activation = Activation.objects.get(pk=receipt.data["activation_id"])
+    wait = Wait.objects.get(pk=activation.wait_id)
+    assert "task_id" not in receipt.data and Task.objects.filter(source_instance=state.instance).count() == 1
+    assert (activation.sequence, activation.state, activation.last_round_classification) == (2, "WAITING", "SUCCEEDED")
+    assert (activation.used_rounds, activation.poll_deadline_at) == (old.used_rounds, old.poll_deadline_at)
+    assert (wait.generation, wait.kind, wait.deadline_at) == (2, "POLL_FINAL_SIGNAL", old_wait.deadline_at)
+    assert (wait.signal_name, wait.correlation_key) == (old_wait.signal_name, old_wait.correlation_key)
+    assert Wait.objects.get(pk=old_wait.pk).state == "SUPERSEDED"
+    states.assert_invariants(state)
+
+
+def test_a_final_signal_wait_past_its_deadline_is_never_extended(tenancy, recoverer):
+    state = states.poll_final_signal_violation_state(tenancy)
+    with clock.moved(dt.timedelta(hours=2)):
+        command = rq.retry(state)
+        assert_refused(lambda: rq.run(step_retry, recoverer, state, command), "FAILED_PRECONDITION")
