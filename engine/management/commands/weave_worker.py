@@ -45,25 +45,29 @@ class Command(BaseCommand):
         command = {"worker": name[:128], "lease_seconds": options["lease"]}
 
         def run_one() -> bool:
-            try:
-                claim = task_claim(identity=identity, queue_name=options["queue"], command=command)
-                if claim is None:
-                    return False
-                self.stdout.write(f"task {claim.task.id} attempt {claim.attempt.number}: {claim.task.handler}")
-                claim_execute(identity=identity, claim=claim, lease_seconds=options["lease"])
-                return True
-            finally:
-                connection.close()
+            claim = task_claim(identity=identity, queue_name=options["queue"], command=command)
+            if claim is None:
+                return False
+            self.stdout.write(f"task {claim.task.id} attempt {claim.attempt.number}: {claim.task.handler}")
+            claim_execute(identity=identity, claim=claim, lease_seconds=options["lease"])
+            return True
 
         if options["once"]:
+            if options["concurrency"] == 1:
+                run_one()
+                return
             with ThreadPoolExecutor(options["concurrency"]) as pool:
-                list(pool.map(lambda _: run_one(), range(options["concurrency"])))
+                list(pool.map(lambda _: self._in_thread(run_one), range(options["concurrency"])))
             return
 
         def loop() -> None:
-            while not stopping.is_set():
-                if not run_one():
-                    stopping.wait(options["interval"])
+            try:
+                while not stopping.is_set():
+                    if not run_one():
+                        connection.close()
+                        stopping.wait(options["interval"])
+            finally:
+                connection.close()
 
         threads = [threading.Thread(target=loop, daemon=True) for _ in range(options["concurrency"])]
         for thread in threads:
@@ -73,3 +77,10 @@ class Command(BaseCommand):
                 time.sleep(0.2)
         except KeyboardInterrupt:
             stopping.set()
+
+    @staticmethod
+    def _in_thread(run) -> bool:
+        try:
+            return run()
+        finally:
+            connection.close()
