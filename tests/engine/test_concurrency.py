@@ -5,7 +5,7 @@ import threading
 from collections import Counter
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from engine import inbox
 from engine.check import invariants_check
@@ -16,6 +16,7 @@ from engine.signals import signal_accept
 from engine.worker import task_complete
 from history import clock
 from history.errors import FailedPrecondition
+from history.locking import Level, LockSet
 from history.models import Attempt, InboxRecord, InboxState, ResultEvent, Task, TaskState
 from tests.engine.conftest import task_step
 from tests.engine.test_poll import poll_step
@@ -171,3 +172,25 @@ def test_weave_check_is_clean_after_a_mixed_concurrent_run(engine):
     while engine.work("polls") or engine.work("payments"):
         runner_settle()
     assert invariants_check() == []
+
+
+def test_skip_locked_passes_over_an_instance_another_transaction_holds(engine):
+    instance = engine.start(engine.define([task_step("a")]))
+    held, release, seen = threading.Event(), threading.Event(), []
+
+    def holder():
+        with transaction.atomic():
+            LockSet().lock_one(Level.INSTANCE, instance.id)
+            held.set()
+            release.wait(10)
+
+    def skipper():
+        held.wait(10)
+        with transaction.atomic():
+            seen.append(LockSet().lock_one(Level.INSTANCE, instance.id, skip_locked=True))
+        release.set()
+
+    _threads(holder, skipper)
+    assert seen == [None]
+    with transaction.atomic():
+        assert LockSet().lock_one(Level.INSTANCE, instance.id, skip_locked=True) == instance
