@@ -2,11 +2,13 @@ import pytest
 from django.core.management import call_command
 
 from engine.check import invariants_check
+from engine.signals import signal_accept
 from history.models import (
     Activation,
     Application,
     InboxRecord,
     ResultEvent,
+    Signal,
     Step,
     Task,
     WorkflowInstance,
@@ -74,3 +76,19 @@ def test_weave_check_prints_each_violation_with_ids_and_exits_1(ran, capsys):
     assert (
         f"quota_drift: application counts 7 active tasks, 1 permits held [{application_id}]" in capsys.readouterr().out
     )
+
+
+def test_a_wait_winner_not_consumed_by_that_wait_is_reported(engine):
+    signal_step = {"key": "s", "kind": "SIGNAL", "name": "go", "payload_version": "1", "deadline_seconds": 60}
+    instance = engine.start(engine.define([signal_step]))
+    engine.settle()
+    signal_accept(
+        identity=engine.identity,
+        instance_id=instance.id,
+        command={"name": "go", "payload_version": "1", "payload": {}, "correlation_key": "", "reason": "r"},
+        idempotency_key="s",
+    )
+    engine.settle()
+    assert invariants_check() == []
+    Signal.objects.update(consumed_wait_id=None)
+    assert "wait_winner" in _codes()
