@@ -26,6 +26,7 @@ from history.models import (
     Gate,
     Queue,
     ResultKind,
+    Scope,
     Task,
     TaskState,
     WorkflowInstance,
@@ -73,6 +74,7 @@ def task_claim(*, identity: Identity, queue_name: str, command: Any) -> Claim | 
     locks, then each is re-checked under instance → gate → task locks; an instance another
     transaction holds is skipped (SKIP LOCKED) instead of waited for.
     """
+    identity.require_scope(Scope.TASKS_WORK)
     command = command_object(command, allowed=("worker", "lease_seconds"))
     worker = _worker_name(command)
     lease = _lease_seconds(command)
@@ -147,6 +149,7 @@ def task_heartbeat(*, identity: Identity, task_id: str, command: Any) -> Attempt
 
     Command ``{attempt_id, lease_seconds?}``. An attempt the runner already expired is refused.
     """
+    identity.require_scope(Scope.TASKS_WORK)
     command = command_object(command, allowed=("attempt_id", "lease_seconds"))
     attempt_id = id_argument(command.get("attempt_id"), "attempt_id")
     lease = _lease_seconds(command)
@@ -185,6 +188,7 @@ def task_complete(*, identity: Identity, task_id: str, command: Any) -> Task:
     the task is terminal: its permit is released and a RESULT event (with its inbox record) is
     written last.
     """
+    identity.require_scope(Scope.TASKS_WORK)
     command = command_object(command, allowed=("attempt_id", "outcome", "result", "retryable"))
     attempt_id = id_argument(command.get("attempt_id"), "attempt_id")
     outcome, result, retryable = _completion(command)
