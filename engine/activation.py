@@ -119,6 +119,8 @@ def poll_round_start(
     activation.last_task = task
     activation.round_deadline_at = round_deadline
     activation.next_round_at = None
+    # The new round has no classification yet; ReviewTask's REVIEWED answer may provide it.
+    activation.last_round_classification = ""
     return task
 
 

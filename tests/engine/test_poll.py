@@ -182,3 +182,24 @@ def test_a_succeeded_classification_waits_for_the_final_signal(engine):
     wait.refresh_from_db()
     assert wait.state == "SATISFIED" and wait.winner_signal_id is not None
     assert engine.reload(instance).state == InstanceState.SUCCEEDED
+
+
+def test_a_reviewed_answer_of_a_later_round_is_classified_for_that_round(engine):
+    instance = engine.start(engine.define([poll_step()]), {"pending_rounds": 1})
+    engine.settle()
+    engine.work("polls")
+    clock.advance(dt.timedelta(seconds=61))
+    engine.settle()
+    activation = _activation(instance)
+    assert (activation.used_rounds, activation.last_round_classification) == (1, "")
+    claim = engine.claim("polls", lease_seconds=5)
+    clock.advance(dt.timedelta(seconds=6))
+    engine.settle()
+    _review_task(Task.objects.get(pk=claim.task.id), "SUCCEEDED", '{"status":"pending"}')
+    engine.settle()
+    activation.refresh_from_db()
+    assert (activation.state, activation.used_rounds, activation.last_round_classification) == (
+        "NEEDS_REVIEW",
+        2,
+        "PENDING",
+    )
