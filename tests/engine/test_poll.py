@@ -1,7 +1,12 @@
 import datetime as dt
 
+from django.db import transaction
+
+from engine.activation import poll_round_start
+from engine.quota import quota_lock
 from engine.runner import pass_poll_rounds
 from history import clock
+from history.locking import LockSet
 from history.models import Activation, InstanceState, PollRound, ResultEvent, Step, Task, TaskState, Wait
 from tests.engine.test_task_flow import _review_task
 
@@ -203,3 +208,33 @@ def test_a_reviewed_answer_of_a_later_round_is_classified_for_that_round(engine)
         2,
         "PENDING",
     )
+
+
+def test_a_round_can_be_reopened_with_the_remaining_attempts_and_its_original_deadline(engine):
+    """The shape RetryStep needs: same business round, remaining budget, original deadline, retry_of."""
+    instance = engine.start(engine.define([poll_step(handler="demo.fail")]))
+    engine.settle()
+    engine.work("polls")
+    engine.settle()
+    failed = Task.objects.get()
+    activation = _activation(instance)
+    with transaction.atomic():
+        locks = LockSet()
+        quota = quota_lock(locks=locks, definition=instance.definition)
+        task = poll_round_start(
+            locks=locks,
+            quota=quota,
+            instance=instance,
+            activation=activation,
+            spec=instance.definition.step_spec("settle"),
+            max_attempts=1,
+            deadline_at=failed.deadline_at,
+            retry_of=failed,
+        )
+    assert (task.source_round, task.max_attempts, task.deadline_at, task.retry_of_id) == (
+        1,
+        1,
+        failed.deadline_at,
+        failed.id,
+    )
+    assert task.permit_held and PollRound.objects.filter(round=1).count() == 2
