@@ -18,7 +18,7 @@ def test_runner_and_worker_commands_run_a_workflow_to_success(engine, capsys):
     instance = engine.start(engine.define([task_step("a"), task_step("b", after=["a"])]))
     for _ in range(2):
         call_command("weave_runner", "--once")
-        call_command("weave_worker", "--namespace", "acme", "--queue", "payments", "--once")
+        call_command("weave_worker", "--queue", "payments", "--once")
         call_command("weave_runner", "--once")
         call_command("weave_runner", "--once")
     assert engine.reload(instance).state == InstanceState.SUCCEEDED
