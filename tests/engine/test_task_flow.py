@@ -192,6 +192,8 @@ def test_lease_expiry_records_unknown_keeps_the_permit_and_is_never_auto_retried
         application, _ = quota_rows()
         assert application.active_tasks == 1
         with pytest.raises(FailedPrecondition):
+            task_heartbeat(identity=engine.identity, task_id=task.id, command={"attempt_id": claim.attempt.id})
+        with pytest.raises(FailedPrecondition):
             task_complete(
                 identity=engine.identity,
                 task_id=task.id,
