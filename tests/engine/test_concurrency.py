@@ -194,3 +194,22 @@ def test_skip_locked_passes_over_an_instance_another_transaction_holds(engine):
     assert seen == [None]
     with transaction.atomic():
         assert LockSet().lock_one(Level.INSTANCE, instance.id, skip_locked=True) == instance
+
+
+def test_concurrent_workers_never_claim_one_task_twice(engine):
+    definition = engine.define([task_step("a"), task_step("b"), task_step("c")])
+    for _ in range(4):
+        engine.start(definition)
+    runner_settle()
+    claimed: list[str] = []
+    lock = threading.Lock()
+
+    def worker():
+        while (claim := engine.claim()) is not None:
+            with lock:
+                claimed.append(claim.task.id)
+
+    _threads(worker, worker, worker)
+    assert len(claimed) == 12 and len(set(claimed)) == 12
+    assert set(Task.objects.values_list("state", "attempt_count")) == {(TaskState.LEASED, 1)}
+    assert Attempt.objects.count() == 12
