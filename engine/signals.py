@@ -29,6 +29,7 @@ from history.models import (
     Activation,
     ActivationState,
     Disposition,
+    Gate,
     InboxRecord,
     InboxSource,
     InboxState,
@@ -221,7 +222,7 @@ def wait_winner(*, wait: Wait, activation: Activation, step: Step, consuming: Si
 def wait_satisfy(
     *,
     instance: WorkflowInstance,
-    gate,
+    gate: Gate,
     step: Step,
     activation: Activation,
     wait: Wait,
