@@ -88,16 +88,28 @@ def task_create(
 
 
 def poll_round_start(
-    *, locks: LockSet, quota: Quota, instance: WorkflowInstance, activation: Activation, spec: dict
+    *,
+    locks: LockSet,
+    quota: Quota,
+    instance: WorkflowInstance,
+    activation: Activation,
+    spec: dict,
+    max_attempts: int | None = None,
+    deadline_at: dt.datetime | None = None,
+    retry_of: Task | None = None,
 ) -> Task | None:
     """Open business round ``used_rounds + 1`` of a POLL activation: its query task and PollRound row.
 
-    The round's task gets max_attempts = the frozen attempts_per_round and a deadline capped by
-    the total query deadline. None (nothing written) when the quota is full. Saves the activation.
+    By default the round's task gets max_attempts = the frozen attempts_per_round and a deadline
+    of now + round_deadline_seconds capped by the total query deadline; a recovery re-running
+    the same round passes the remaining attempts, the round's original deadline and the task it
+    retries. None (nothing written) when the quota is full. The caller saves the activation.
     """
     now = clock.now()
     round_number = (activation.used_rounds or 0) + 1
-    round_deadline = min(now + dt.timedelta(seconds=spec["round_deadline_seconds"]), activation.poll_deadline_at)
+    round_deadline = deadline_at or min(
+        now + dt.timedelta(seconds=spec["round_deadline_seconds"]), activation.poll_deadline_at
+    )
     task = task_create(
         locks=locks,
         quota=quota,
@@ -105,12 +117,13 @@ def poll_round_start(
         activation=activation,
         spec=spec,
         input_text=activation.input,
-        max_attempts=activation.attempts_per_round,
+        max_attempts=max_attempts or activation.attempts_per_round,
         deadline_at=round_deadline,
         latest_start_at=None,
         business_key=instance.business_key,
         concurrency_key=f"{instance.id}/{spec['key']}",
         source_round=round_number,
+        retry_of=retry_of,
     )
     if task is None:
         return None
@@ -119,6 +132,8 @@ def poll_round_start(
     activation.last_task = task
     activation.round_deadline_at = round_deadline
     activation.next_round_at = None
+    # The new round has no classification yet; ReviewTask's REVIEWED answer may provide it.
+    activation.last_round_classification = ""
     return task
 
 

@@ -29,6 +29,7 @@ from history.models import (
     StepKind,
     Task,
     TaskState,
+    Wait,
     WorkflowDefinition,
     WorkflowInstance,
 )
@@ -69,6 +70,9 @@ def _ownership() -> Iterator[Violation]:
         )
     )
     task_source = {row[0]: row[4] for row in tasks}
+    for activation_id, task_id, _ in rounds:
+        if task_source.get(task_id) != activation_id:
+            yield Violation("poll_round_task", "poll round's task is sourced by another activation", (task_id,))
     for activation_id, step_id, instance_id, task_id, _ in activations.values():
         step = steps.get(step_id)
         if step is None or step[1] != instance_id:
@@ -98,6 +102,31 @@ def _sequences() -> Iterator[Violation]:
     for row in rows:
         if row["low"] != 1 or row["high"] != row["n"]:
             yield Violation("activation_sequence_gap", "activation sequences are not 1..n", (row["step_id"],))
+
+
+def _current_is_latest() -> Iterator[Violation]:
+    latest = dict(Activation.objects.values("step_id").annotate(high=Max("sequence")).values_list("step_id", "high"))
+    current = Step.objects.exclude(current_activation_id=None).values_list("id", "current_activation__sequence")
+    for step_id, sequence in current:
+        if sequence != latest.get(step_id):
+            yield Violation("step_current_not_latest", f"current activation is #{sequence}, not the latest", (step_id,))
+
+
+def _waits() -> Iterator[Violation]:
+    activation_wait = dict(Activation.objects.exclude(wait_id=None).values_list("id", "wait_id"))
+    activation_step = dict(Activation.objects.values_list("id", "step_id"))
+    consumed = dict(Signal.objects.exclude(consumed_wait_id=None).values_list("id", "consumed_wait_id"))
+    for wait_id, activation_id, step_id, winner in Wait.objects.values_list(
+        "id", "activation_id", "step_id", "winner_signal_id"
+    ):
+        if activation_step.get(activation_id) != step_id:
+            yield Violation("wait_activation", "wait and its activation disagree on the step", (wait_id,))
+        if winner is not None and consumed.get(winner) != wait_id:
+            yield Violation("wait_winner", "winner signal was not consumed by this wait", (wait_id, winner))
+    waits = set(Wait.objects.values_list("id", "activation_id"))
+    for activation_id, wait_id in activation_wait.items():
+        if (wait_id, activation_id) not in waits:
+            yield Violation("activation_wait", "activation.wait_id is not a wait of this activation", (activation_id,))
 
 
 def _retry_chain() -> Iterator[Violation]:
@@ -194,7 +223,17 @@ def _inbox() -> Iterator[Violation]:
         yield Violation("quarantined_record", f"corruption: {reason}", (record_id, instance_id))
 
 
-CHECKS = (_ownership, _sequences, _retry_chain, _quota, _attempts, _revisions_and_gates, _inbox)
+CHECKS = (
+    _ownership,
+    _sequences,
+    _current_is_latest,
+    _waits,
+    _retry_chain,
+    _quota,
+    _attempts,
+    _revisions_and_gates,
+    _inbox,
+)
 
 
 def invariants_check() -> list[Violation]:

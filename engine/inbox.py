@@ -112,7 +112,9 @@ def _consume(instance_id: str) -> InboxRecord | None:
     locks = LockSet()
     instance = locks.lock_one(Level.INSTANCE, instance_id, skip_locked=True)
     if instance is None:
-        return None
+        if WorkflowInstance.objects.filter(pk=instance_id).exists():
+            return None  # another runner holds it
+        return _quarantine_orphans(locks, instance_id)
     record = (
         InboxRecord.objects.filter(instance_id=instance_id, state=InboxState.PENDING)
         .order_by("created_at", "id")
@@ -152,6 +154,18 @@ def _consume(instance_id: str) -> InboxRecord | None:
     record.save()
     touch(instance, now)
     return record
+
+
+def _quarantine_orphans(locks: LockSet, instance_id: str) -> InboxRecord | None:
+    """Records naming an instance that does not exist are corruption: quarantined, never applied."""
+    ids = InboxRecord.objects.filter(instance_id=instance_id, state=InboxState.PENDING).values_list("id", flat=True)
+    records = locks.lock(Level.INBOX, ids)
+    for record in records.values():
+        record.state = InboxState.QUARANTINED
+        record.quarantine_reason = f"instance {instance_id} does not exist"
+        record.consumed_at = clock.now()
+        record.save()
+    return next(iter(records.values()), None)
 
 
 def _lock_step_rows(locks: LockSet, step: Step, activation: Activation, task: Task | None = None):

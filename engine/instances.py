@@ -27,6 +27,7 @@ from history.locking import Level, LockSet, atomic_with_retry
 from history.models import (
     Gate,
     InstanceState,
+    Scope,
     Step,
     StepKind,
     StepState,
@@ -85,6 +86,7 @@ def instance_start(*, identity: Identity, command: Any, idempotency_key: Any, re
     byte-exact; ``deadline_seconds`` defaults to the definition's. Idempotent per Idempotency-Key;
     audited as ``workflow.start``. The runner's continuation pass activates the first steps.
     """
+    identity.require_scope(Scope.WRITE)
     key = idempotency_key_argument(idempotency_key)
     command = command_object(command, allowed=START_FIELDS)
     definition = _definition_of(identity=identity, command=command)
@@ -160,6 +162,7 @@ def instance_start(*, identity: Identity, command: Any, idempotency_key: Any, re
 
 
 def _control(*, identity: Identity, instance_id: str, command: Any, action: str, change, request_id: str) -> dict:
+    identity.require_scope(Scope.CONTROL)
     command = command_object(command, allowed=CONTROL_FIELDS)
     expected = revision_field(command, "expected_control_revision")
     reason = reason_field(command, required=False)

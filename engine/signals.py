@@ -29,9 +29,11 @@ from history.models import (
     Activation,
     ActivationState,
     Disposition,
+    Gate,
     InboxRecord,
     InboxSource,
     InboxState,
+    Scope,
     Signal,
     SignalOperation,
     SignalState,
@@ -97,6 +99,7 @@ def signal_accept(
     The target step must be a SIGNAL step or a POLL step with a final signal of the fixed
     definition (400, nothing stored). Matching happens when the runner consumes the record.
     """
+    identity.require_scope(Scope.WRITE)
     key = idempotency_key_argument(idempotency_key)
     command = command_object(command, allowed=SIGNAL_FIELDS)
     name = text_field(command, "name", max_length=128)
@@ -219,7 +222,7 @@ def wait_winner(*, wait: Wait, activation: Activation, step: Step, consuming: Si
 def wait_satisfy(
     *,
     instance: WorkflowInstance,
-    gate,
+    gate: Gate,
     step: Step,
     activation: Activation,
     wait: Wait,

@@ -55,12 +55,14 @@ def _settle(instance_id: str) -> bool:
     tasks = locks.lock(Level.TASK, task_ids)
     queues_by_id = {queue.id: queue for queue in quota.queues.values()}
     busy_activations = set()
+    changed = bool(waits)
     for task in tasks.values():
         if task.state == TaskState.QUEUED:
             task.state = TaskState.CANCELLED
             task.outcome = TaskState.CANCELLED
             permit_release(locks=locks, application=quota.application, queue=queues_by_id[task.queue_id], task=task)
             touch(task, now)
+            changed = True
         else:
             busy_activations.add(task.source_activation_id)
     for wait in waits.values():
@@ -80,6 +82,7 @@ def _settle(instance_id: str) -> bool:
         activation.state = ActivationState.CANCELLED
         activation.completed_at = now
         touch(activation, now)
+        changed = True
         step = steps_by_id.get(activation.step_id)
         if step is not None and step.current_activation_id == activation.id and step.state in OPEN_STEP_STATES:
             step.state = StepState.CANCELLED
@@ -96,5 +99,6 @@ def _settle(instance_id: str) -> bool:
         root = steps[ROOT_STEP_KEY]
         root.state = StepState.CANCELLED if final == InstanceState.CANCELLED else StepState.FAILED
         touch(root, now)
-    touch(instance, now)
+    if changed or settled:
+        touch(instance, now)
     return settled

@@ -26,6 +26,7 @@ from history.models import (
     Gate,
     Queue,
     ResultKind,
+    Scope,
     Task,
     TaskState,
     WorkflowInstance,
@@ -71,8 +72,9 @@ def task_claim(*, identity: Identity, queue_name: str, command: Any) -> Claim | 
     Command ``{worker, lease_seconds?}``. Creates attempt number attempt_count + 1 RUNNING with a
     lease; the task becomes LEASED. None when nothing is claimable. Candidates are read without
     locks, then each is re-checked under instance → gate → task locks; an instance another
-    transaction holds is skipped (SKIP LOCKED) instead of waited for.
+    transaction holds is first skipped (SKIP LOCKED) and only waited for if nothing else was claimable.
     """
+    identity.require_scope(Scope.TASKS_WORK)
     command = command_object(command, allowed=("worker", "lease_seconds"))
     worker = _worker_name(command)
     lease = _lease_seconds(command)
@@ -88,18 +90,32 @@ def task_claim(*, identity: Identity, queue_name: str, command: Any) -> Claim | 
         .order_by("-priority", "created_at", "id")
         .values_list("id", "source_instance_id")[:CLAIM_CANDIDATES]
     )
+    busy = []
     for task_id, instance_id in candidates:
-        claim = atomic_with_retry(lambda t=task_id, i=instance_id: _claim_one(t, i, queue.id, worker, lease))
-        if claim is not None:
+        claim = atomic_with_retry(lambda t=task_id, i=instance_id: _claim_one(t, i, queue.id, worker, lease, True))
+        if isinstance(claim, Claim):
+            return claim
+        if claim is _BUSY:
+            busy.append((task_id, instance_id))
+    # Every candidate whose instance was busy is tried once more, waiting for its lock this
+    # time, so "nothing claimable" never just means "another worker was holding it".
+    for task_id, instance_id in busy:
+        claim = atomic_with_retry(lambda t=task_id, i=instance_id: _claim_one(t, i, queue.id, worker, lease, False))
+        if isinstance(claim, Claim):
             return claim
     return None
 
 
-def _claim_one(task_id: str, instance_id: str, queue_id: str, worker: str, lease: int) -> Claim | None:
+_BUSY = object()
+
+
+def _claim_one(
+    task_id: str, instance_id: str, queue_id: str, worker: str, lease: int, skip_locked: bool
+) -> Claim | object | None:
     locks = LockSet()
-    instance = locks.lock_one(Level.INSTANCE, instance_id, skip_locked=True)
+    instance = locks.lock_one(Level.INSTANCE, instance_id, skip_locked=skip_locked)
     if instance is None:
-        return None
+        return _BUSY
     gate = locks.lock_one(Level.GATE, instance_id)
     task = locks.lock_one(Level.TASK, task_id)
     now = clock.now()
@@ -147,6 +163,7 @@ def task_heartbeat(*, identity: Identity, task_id: str, command: Any) -> Attempt
 
     Command ``{attempt_id, lease_seconds?}``. An attempt the runner already expired is refused.
     """
+    identity.require_scope(Scope.TASKS_WORK)
     command = command_object(command, allowed=("attempt_id", "lease_seconds"))
     attempt_id = id_argument(command.get("attempt_id"), "attempt_id")
     lease = _lease_seconds(command)
@@ -185,6 +202,7 @@ def task_complete(*, identity: Identity, task_id: str, command: Any) -> Task:
     the task is terminal: its permit is released and a RESULT event (with its inbox record) is
     written last.
     """
+    identity.require_scope(Scope.TASKS_WORK)
     command = command_object(command, allowed=("attempt_id", "outcome", "result", "retryable"))
     attempt_id = id_argument(command.get("attempt_id"), "attempt_id")
     outcome, result, retryable = _completion(command)

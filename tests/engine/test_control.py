@@ -148,3 +148,15 @@ def test_an_instance_deadline_passing_in_review_records_nothing(engine):
         engine.settle()
     instance.refresh_from_db()
     assert (instance.state, instance.stop_kind, instance.revision) == (InstanceState.NEEDS_REVIEW, None, revision)
+
+
+def test_a_stop_waiting_for_running_work_does_not_bump_the_revision_on_every_pass(engine):
+    instance = engine.start(engine.define([task_step("a")]))
+    engine.settle()
+    engine.claim()
+    _control(engine, instance_cancel, instance, 1)
+    engine.settle()
+    revision = engine.reload(instance).revision
+    for _ in range(3):
+        pass_stop_settlement()
+    assert engine.reload(instance).revision == revision

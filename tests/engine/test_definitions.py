@@ -98,3 +98,15 @@ def test_weave_define_loads_a_file_and_names_the_field_of_a_bad_one(engine, tmp_
     with pytest.raises(CommandError, match=r"steps\[0\]\.after\[0\]"):
         call_command("weave_define", str(bad), "--namespace", "acme")
     assert WorkflowDefinition.objects.count() == 1
+
+
+def test_the_example_definition_loads(db, capsys):
+    from pathlib import Path
+
+    from history.tenancy import namespace_ensure
+
+    namespace_ensure(name="shop", application="default", queues=["payments"])
+    example = Path(__file__).resolve().parents[2] / "examples" / "definitions" / "payment.json"
+    call_command("weave_define", str(example), "--namespace", "shop", "--json")
+    loaded = json.loads(capsys.readouterr().out)
+    assert (loaded["name"], loaded["queues"]) == ("payment", ["payments"])

@@ -69,7 +69,7 @@ def test_weave_demo_json_reaches_every_scenario_in_its_documented_state_and_chec
         "NEEDS_REVIEW",
         2,
     )
-    assert (activation.used_rounds, activation.last_round_classification) == (1, "PENDING")
+    assert (activation.used_rounds, activation.last_round_classification) == (1, "")
 
     instance, step, _, _ = _state(s["expired_in_review"])
     assert instance.state == "NEEDS_REVIEW" and instance.deadline_at < clock.now() and instance.stop_kind is None

@@ -1,7 +1,12 @@
 import datetime as dt
 
+from django.db import transaction
+
+from engine.activation import poll_round_start
+from engine.quota import quota_lock
 from engine.runner import pass_poll_rounds
 from history import clock
+from history.locking import LockSet
 from history.models import Activation, InstanceState, PollRound, ResultEvent, Step, Task, TaskState, Wait
 from tests.engine.test_task_flow import _review_task
 
@@ -182,3 +187,54 @@ def test_a_succeeded_classification_waits_for_the_final_signal(engine):
     wait.refresh_from_db()
     assert wait.state == "SATISFIED" and wait.winner_signal_id is not None
     assert engine.reload(instance).state == InstanceState.SUCCEEDED
+
+
+def test_a_reviewed_answer_of_a_later_round_is_classified_for_that_round(engine):
+    instance = engine.start(engine.define([poll_step()]), {"pending_rounds": 1})
+    engine.settle()
+    engine.work("polls")
+    clock.advance(dt.timedelta(seconds=61))
+    engine.settle()
+    activation = _activation(instance)
+    assert (activation.used_rounds, activation.last_round_classification) == (1, "")
+    claim = engine.claim("polls", lease_seconds=5)
+    clock.advance(dt.timedelta(seconds=6))
+    engine.settle()
+    _review_task(Task.objects.get(pk=claim.task.id), "SUCCEEDED", '{"status":"pending"}')
+    engine.settle()
+    activation.refresh_from_db()
+    assert (activation.state, activation.used_rounds, activation.last_round_classification) == (
+        "NEEDS_REVIEW",
+        2,
+        "PENDING",
+    )
+
+
+def test_a_round_can_be_reopened_with_the_remaining_attempts_and_its_original_deadline(engine):
+    """The shape RetryStep needs: same business round, remaining budget, original deadline, retry_of."""
+    instance = engine.start(engine.define([poll_step(handler="demo.fail")]))
+    engine.settle()
+    engine.work("polls")
+    engine.settle()
+    failed = Task.objects.get()
+    activation = _activation(instance)
+    with transaction.atomic():
+        locks = LockSet()
+        quota = quota_lock(locks=locks, definition=instance.definition)
+        task = poll_round_start(
+            locks=locks,
+            quota=quota,
+            instance=instance,
+            activation=activation,
+            spec=instance.definition.step_spec("settle"),
+            max_attempts=1,
+            deadline_at=failed.deadline_at,
+            retry_of=failed,
+        )
+    assert (task.source_round, task.max_attempts, task.deadline_at, task.retry_of_id) == (
+        1,
+        1,
+        failed.deadline_at,
+        failed.id,
+    )
+    assert task.permit_held and PollRound.objects.filter(round=1).count() == 2

@@ -1,4 +1,5 @@
 import datetime as dt
+from dataclasses import replace
 
 import pytest
 from django.db import transaction
@@ -8,9 +9,9 @@ from engine.handlers import claim_execute
 from engine.instances import instance_pause, instance_start
 from engine.results import result_event_publish
 from engine.runner import pass_inbox, pass_lease_expiry, runner_pass
-from engine.worker import task_complete, task_heartbeat
+from engine.worker import task_claim, task_complete, task_heartbeat
 from history import clock, exactjson
-from history.errors import AlreadyExists, FailedPrecondition
+from history.errors import AlreadyExists, FailedPrecondition, PermissionDenied
 from history.locking import LockSet
 from history.models import (
     Activation,
@@ -22,6 +23,7 @@ from history.models import (
     InboxRecord,
     InboxState,
     InstanceState,
+    Queue,
     ResultEvent,
     ResultKind,
     Step,
@@ -190,6 +192,8 @@ def test_lease_expiry_records_unknown_keeps_the_permit_and_is_never_auto_retried
         application, _ = quota_rows()
         assert application.active_tasks == 1
         with pytest.raises(FailedPrecondition):
+            task_heartbeat(identity=engine.identity, task_id=task.id, command={"attempt_id": claim.attempt.id})
+        with pytest.raises(FailedPrecondition):
             task_complete(
                 identity=engine.identity,
                 task_id=task.id,
@@ -313,3 +317,59 @@ def test_a_result_that_breaks_the_contract_puts_the_step_in_review(engine):
     assert Step.objects.get(instance=instance, key="a").state == "NEEDS_REVIEW"
     assert InboxRecord.objects.get().disposition == Disposition.CONTRACT_VIOLATION
     assert engine.reload(instance).state == InstanceState.NEEDS_REVIEW
+
+
+def test_a_full_queue_quota_starts_no_task_either(engine, quota_rows):
+    Queue.objects.filter(name="payments").update(max_active_tasks=1)
+    definition = engine.define([task_step("a"), task_step("b")])
+    instance = engine.start(definition)
+    engine.settle()
+    assert Task.objects.count() == 1
+    assert sorted(Step.objects.filter(instance=instance).exclude(key="$root").values_list("state", flat=True)) == [
+        "ACTIVE",
+        "PENDING",
+    ]
+    _, queues = quota_rows()
+    assert queues["payments"].active_tasks == 1
+
+
+def test_no_task_of_an_instance_in_review_is_authorised(engine):
+    instance = engine.start(engine.define([task_step("bad", handler="demo.fail"), task_step("other", priority=-1)]))
+    engine.settle()
+    engine.work()
+    engine.settle()
+    assert engine.reload(instance).state == InstanceState.NEEDS_REVIEW
+    assert Task.objects.filter(state=TaskState.QUEUED).count() == 1
+    assert engine.claim() is None
+
+
+def test_records_of_a_missing_instance_are_quarantined(engine):
+    instance = engine.start(engine.define([task_step("a")]))
+    engine.settle()
+    engine.work()
+    WorkflowInstance.objects.filter(pk=instance.id).delete()
+    engine.settle()
+    record = InboxRecord.objects.get()
+    assert record.state == InboxState.QUARANTINED and "does not exist" in record.quarantine_reason
+
+
+def test_services_refuse_an_identity_without_the_scope(engine):
+    reader = replace(engine.identity, scopes=frozenset({"workflows:read"}))
+    definition = engine.define([task_step("a")])
+    with pytest.raises(PermissionDenied):
+        instance_start(identity=reader, command={"definition": definition.name, "input": {}}, idempotency_key="k")
+    with pytest.raises(PermissionDenied):
+        task_claim(identity=reader, queue_name="payments", command={"worker": "w"})
+    assert not WorkflowInstance.objects.exists()
+
+
+def test_a_record_whose_task_left_its_fixed_queue_is_quarantined(engine):
+    instance = engine.start(engine.define([task_step("a")]))
+    engine.settle()
+    engine.work()
+    Task.objects.update(queue=engine.queues["polls"])
+    engine.settle()
+    record = InboxRecord.objects.get()
+    assert record.state == InboxState.QUARANTINED and "fixed queue" in record.quarantine_reason
+    assert engine.reload(instance).state == InstanceState.NEEDS_REVIEW
+    assert Step.objects.get(instance=instance, key="a").state == "ACTIVE"

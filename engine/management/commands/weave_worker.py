@@ -17,7 +17,7 @@ class Command(BaseCommand):
     help = "Lease tasks of one queue and run them with the registered handlers (" + ", ".join(sorted(HANDLERS)) + ")."
 
     def add_arguments(self, parser):
-        parser.add_argument("--namespace", required=True)
+        parser.add_argument("--namespace", help="needed only when several namespaces have a queue of that name")
         parser.add_argument("--queue", required=True)
         parser.add_argument("--concurrency", type=int, default=1)
         parser.add_argument("--lease", type=int, default=30, help="lease seconds per attempt (default 30)")
@@ -26,11 +26,15 @@ class Command(BaseCommand):
         parser.add_argument("--name", default="", help="worker name recorded on attempts")
 
     def handle(self, *args, **options):
-        namespace = Namespace.objects.filter(name=options["namespace"]).first()
-        if namespace is None:
-            raise CommandError(f"--namespace: no namespace named {options['namespace']!r}")
-        if not Queue.objects.filter(namespace=namespace, name=options["queue"]).exists():
-            raise CommandError(f"--queue: no queue named {options['queue']!r} in {namespace.name}")
+        queues = Queue.objects.filter(name=options["queue"])
+        if options["namespace"]:
+            queues = queues.filter(namespace__name=options["namespace"])
+        namespace_ids = list(queues.values_list("namespace_id", flat=True)[:2])
+        if len(namespace_ids) != 1:
+            where = f" in {options['namespace']}" if options["namespace"] else ""
+            found = "several namespaces have it: pass --namespace" if namespace_ids else "no such queue"
+            raise CommandError(f"--queue: {options['queue']!r}{where}: {found}")
+        namespace = Namespace.objects.get(pk=namespace_ids[0])
         if not 1 <= options["concurrency"] <= 64:
             raise CommandError("--concurrency: 1 to 64")
         identity = Identity(
@@ -45,25 +49,29 @@ class Command(BaseCommand):
         command = {"worker": name[:128], "lease_seconds": options["lease"]}
 
         def run_one() -> bool:
-            try:
-                claim = task_claim(identity=identity, queue_name=options["queue"], command=command)
-                if claim is None:
-                    return False
-                self.stdout.write(f"task {claim.task.id} attempt {claim.attempt.number}: {claim.task.handler}")
-                claim_execute(identity=identity, claim=claim, lease_seconds=options["lease"])
-                return True
-            finally:
-                connection.close()
+            claim = task_claim(identity=identity, queue_name=options["queue"], command=command)
+            if claim is None:
+                return False
+            self.stdout.write(f"task {claim.task.id} attempt {claim.attempt.number}: {claim.task.handler}")
+            claim_execute(identity=identity, claim=claim, lease_seconds=options["lease"])
+            return True
 
         if options["once"]:
+            if options["concurrency"] == 1:
+                run_one()
+                return
             with ThreadPoolExecutor(options["concurrency"]) as pool:
-                list(pool.map(lambda _: run_one(), range(options["concurrency"])))
+                list(pool.map(lambda _: self._in_thread(run_one), range(options["concurrency"])))
             return
 
         def loop() -> None:
-            while not stopping.is_set():
-                if not run_one():
-                    stopping.wait(options["interval"])
+            try:
+                while not stopping.is_set():
+                    if not run_one():
+                        connection.close()
+                        stopping.wait(options["interval"])
+            finally:
+                connection.close()
 
         threads = [threading.Thread(target=loop, daemon=True) for _ in range(options["concurrency"])]
         for thread in threads:
@@ -73,3 +81,10 @@ class Command(BaseCommand):
                 time.sleep(0.2)
         except KeyboardInterrupt:
             stopping.set()
+
+    @staticmethod
+    def _in_thread(run) -> bool:
+        try:
+            return run()
+        finally:
+            connection.close()

@@ -1,0 +1,94 @@
+import pytest
+from django.core.management import call_command
+
+from engine.check import invariants_check
+from engine.signals import signal_accept
+from history.models import (
+    Activation,
+    Application,
+    InboxRecord,
+    ResultEvent,
+    Signal,
+    Step,
+    Task,
+    WorkflowInstance,
+)
+from tests.engine.conftest import task_step
+
+
+@pytest.fixture
+def ran(engine):
+    """A run with a finished TASK (a result event and its record) and a queued one."""
+    instance = engine.start(engine.define([task_step("a"), task_step("b", after=["a"])]))
+    engine.settle()
+    engine.work()
+    engine.settle()
+    assert invariants_check() == []
+    return instance
+
+
+def _codes():
+    return {violation.code for violation in invariants_check()}
+
+
+def test_quota_drift_is_reported(ran):
+    Application.objects.update(active_tasks=5)
+    assert "quota_drift" in _codes()
+
+
+def test_a_terminal_task_holding_a_permit_is_reported(ran):
+    Task.objects.filter(state="SUCCEEDED").update(permit_held=True)
+    assert {"terminal_task_holds_permit", "quota_drift"} <= _codes()
+
+
+def test_a_sequence_gap_is_reported(ran):
+    Activation.objects.filter(step__key="a").update(sequence=2)
+    assert "activation_sequence_gap" in _codes()
+
+
+def test_a_broken_ownership_is_reported(ran, engine):
+    other = engine.start(engine.define([task_step("z")]))
+    Task.objects.filter(state="QUEUED").update(source_instance_id=other.id)
+    assert "task_source" in _codes()
+
+
+def test_an_instance_revision_behind_a_child_is_reported(ran):
+    Step.objects.filter(instance=ran, key="a").update(revision=ran.revision + 10)
+    assert "revision_behind_children" in _codes()
+
+
+def test_a_result_event_without_its_inbox_record_is_reported(ran):
+    InboxRecord.objects.filter(source_id__in=ResultEvent.objects.values("id")).delete()
+    assert "result_event_record" in _codes()
+
+
+def test_a_gate_disagreeing_with_its_instance_is_reported(ran):
+    WorkflowInstance.objects.filter(pk=ran.id).update(paused=True)
+    assert "gate_state" in _codes()
+
+
+def test_weave_check_prints_each_violation_with_ids_and_exits_1(ran, capsys):
+    Application.objects.update(active_tasks=7)
+    with pytest.raises(SystemExit) as exited:
+        call_command("weave_check")
+    assert exited.value.code == 1
+    application_id = Application.objects.get().id
+    assert (
+        f"quota_drift: application counts 7 active tasks, 1 permits held [{application_id}]" in capsys.readouterr().out
+    )
+
+
+def test_a_wait_winner_not_consumed_by_that_wait_is_reported(engine):
+    signal_step = {"key": "s", "kind": "SIGNAL", "name": "go", "payload_version": "1", "deadline_seconds": 60}
+    instance = engine.start(engine.define([signal_step]))
+    engine.settle()
+    signal_accept(
+        identity=engine.identity,
+        instance_id=instance.id,
+        command={"name": "go", "payload_version": "1", "payload": {}, "correlation_key": "", "reason": "r"},
+        idempotency_key="s",
+    )
+    engine.settle()
+    assert invariants_check() == []
+    Signal.objects.update(consumed_wait_id=None)
+    assert "wait_winner" in _codes()

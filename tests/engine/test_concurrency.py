@@ -1,0 +1,215 @@
+"""Real threads against MariaDB: row locks, SKIP LOCKED and the lock order under contention."""
+
+import datetime as dt
+import threading
+from collections import Counter
+
+import pytest
+from django.db import connection, transaction
+
+from engine import inbox
+from engine.check import invariants_check
+from engine.handlers import claim_execute
+from engine.instances import instance_cancel
+from engine.runner import pass_lease_expiry, runner_pass, runner_settle
+from engine.signals import signal_accept
+from engine.worker import task_complete
+from history import clock
+from history.errors import FailedPrecondition
+from history.locking import Level, LockSet
+from history.models import Attempt, InboxRecord, InboxState, ResultEvent, Task, TaskState
+from tests.engine.conftest import task_step
+from tests.engine.test_poll import poll_step
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        connection.vendor != "mysql",
+        reason="SQLite's test database is one shared-cache in-memory file: it serialises writers and has no row locks",
+    ),
+]
+
+
+def _threads(*targets):
+    """Run the targets in real threads started together; re-raise the first error of any."""
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(targets))
+
+    def run(target):
+        try:
+            barrier.wait()
+            target()
+        except BaseException as exc:  # surfaced below, in the test's thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    if errors:
+        raise errors[0]
+
+
+def test_two_runners_never_consume_one_inbox_record_twice(engine, monkeypatch):
+    definition = engine.define([task_step("a"), task_step("b")])
+    for _ in range(6):
+        engine.start(definition)
+    runner_settle()
+    while engine.work() is not None:
+        pass
+    pending = set(InboxRecord.objects.filter(state=InboxState.PENDING).values_list("id", flat=True))
+    assert len(pending) == 12
+    applied: list[str] = []
+    lock = threading.Lock()
+    original = inbox._apply_result
+
+    def counting(locks, graph, record, *sources):
+        with lock:
+            applied.append(record.id)
+        return original(locks, graph, record, *sources)
+
+    monkeypatch.setattr(inbox, "_apply_result", counting)
+
+    def runner():
+        for _ in range(5):
+            runner_pass()
+
+    _threads(runner, runner)
+    assert Counter(applied) == Counter(pending)
+    assert not InboxRecord.objects.filter(state=InboxState.PENDING).exists()
+    assert invariants_check() == []
+
+
+def test_a_completion_racing_lease_expiry_yields_exactly_one_outcome(engine):
+    definition = engine.define([task_step("a")])
+    outcomes = Counter()
+    for stagger in (0, 0.01, 0.03, 0.1):
+        engine.start(definition)
+        runner_settle()
+        claim = engine.claim(lease_seconds=5)
+        clock.advance(dt.timedelta(seconds=6))
+        completion: list[str] = []
+
+        def complete(claim=claim, completion=completion):
+            try:
+                task_complete(
+                    identity=engine.identity,
+                    task_id=claim.task.id,
+                    command={"attempt_id": claim.attempt.id, "outcome": "SUCCEEDED", "result": {"ok": True}},
+                )
+                completion.append("completed")
+            except FailedPrecondition:
+                completion.append("refused")
+
+        def expire(claim=claim, completion=completion, stagger=stagger):
+            threading.Event().wait(stagger)  # shifts who reaches the task lock first, so both outcomes occur
+            while Attempt.objects.filter(pk=claim.attempt.id, state="RUNNING").exists() and not completion:
+                pass_lease_expiry()
+
+        _threads(complete, expire)
+        task = Task.objects.get(pk=claim.task.id)
+        attempt = Attempt.objects.get(pk=claim.attempt.id)
+        events = list(ResultEvent.objects.filter(task=task).values_list("kind", flat=True))
+        if completion == ["completed"]:
+            assert (task.state, attempt.state, events) == (TaskState.SUCCEEDED, "SUCCEEDED", ["RESULT"])
+        else:
+            assert completion == ["refused"]
+            assert (task.state, attempt.state, events) == (TaskState.NEEDS_REVIEW, "UNKNOWN", ["UNKNOWN"])
+        outcomes[completion[0]] += 1
+    runner_settle()
+    assert sum(outcomes.values()) == 4
+    assert invariants_check() == []
+
+
+def test_weave_check_is_clean_after_a_mixed_concurrent_run(engine):
+    signal_step = {
+        "key": "ok",
+        "kind": "SIGNAL",
+        "name": "ok",
+        "payload_version": "1",
+        "deadline_seconds": 600,
+        "after": ["a"],
+    }
+    mixed = engine.define([task_step("a"), task_step("b", after=["a"]), poll_step(), signal_step])
+    failing = engine.define([task_step("a", handler="demo.fail", max_attempts=2), task_step("b")])
+    instances = [engine.start(mixed, {"pending_rounds": 1}) for _ in range(5)]
+    instances += [engine.start(failing, {"retryable": True}) for _ in range(3)]
+    stop = threading.Event()
+
+    def runner():
+        while not stop.is_set():
+            runner_pass()
+
+    def worker(queue):
+        def work():
+            while not stop.is_set():
+                claim = engine.claim(queue)
+                if claim is not None:
+                    claim_execute(identity=engine.identity, claim=claim)
+
+        return work
+
+    def operator():
+        for instance in instances[:5]:
+            signal_accept(
+                identity=engine.identity,
+                instance_id=instance.id,
+                command={"name": "ok", "payload_version": "1", "payload": {}, "correlation_key": "", "reason": "r"},
+                idempotency_key=f"sig-{instance.id}",
+            )
+        instance_cancel(
+            identity=engine.identity, instance_id=instances[4].id, command={"expected_control_revision": "1"}
+        )
+        clock.advance(dt.timedelta(seconds=61))
+        threading.Event().wait(2)
+        stop.set()
+
+    _threads(runner, runner, worker("payments"), worker("polls"), operator)
+    runner_settle()
+    while engine.work("polls") or engine.work("payments"):
+        runner_settle()
+    assert invariants_check() == []
+
+
+def test_skip_locked_passes_over_an_instance_another_transaction_holds(engine):
+    instance = engine.start(engine.define([task_step("a")]))
+    held, release, seen = threading.Event(), threading.Event(), []
+
+    def holder():
+        with transaction.atomic():
+            LockSet().lock_one(Level.INSTANCE, instance.id)
+            held.set()
+            release.wait(10)
+
+    def skipper():
+        held.wait(10)
+        with transaction.atomic():
+            seen.append(LockSet().lock_one(Level.INSTANCE, instance.id, skip_locked=True))
+        release.set()
+
+    _threads(holder, skipper)
+    assert seen == [None]
+    with transaction.atomic():
+        assert LockSet().lock_one(Level.INSTANCE, instance.id, skip_locked=True) == instance
+
+
+def test_concurrent_workers_never_claim_one_task_twice(engine):
+    definition = engine.define([task_step("a"), task_step("b"), task_step("c")])
+    for _ in range(4):
+        engine.start(definition)
+    runner_settle()
+    claimed: list[str] = []
+    lock = threading.Lock()
+
+    def worker():
+        while (claim := engine.claim()) is not None:
+            with lock:
+                claimed.append(claim.task.id)
+
+    _threads(worker, worker, worker)
+    assert len(claimed) == 12 and len(set(claimed)) == 12
+    assert set(Task.objects.values_list("state", "attempt_count")) == {(TaskState.LEASED, 1)}
+    assert Attempt.objects.count() == 12
