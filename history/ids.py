@@ -16,16 +16,17 @@ def new_id() -> str:
 
 
 def is_id(value: object) -> bool:
-    return isinstance(value, str) and ID_PATTERN.fullmatch(value) is not None
+    # type() rather than isinstance: an exactjson.Number (a str subclass) is a JSON number, not text.
+    return type(value) is str and ID_PATTERN.fullmatch(value) is not None
 
 
 def is_step_key(value: object) -> bool:
-    return isinstance(value, str) and value.isascii() and STEP_KEY_PATTERN.fullmatch(value) is not None
+    return type(value) is str and value.isascii() and STEP_KEY_PATTERN.fullmatch(value) is not None
 
 
 def parse_revision(value: object) -> int | None:
     """A revision sent as a decimal string, or None when it is not one."""
-    if not isinstance(value, str) or not value.isascii() or REVISION_PATTERN.fullmatch(value) is None:
+    if type(value) is not str or not value.isascii() or REVISION_PATTERN.fullmatch(value) is None:
         return None
     number = int(value)
     return number if number <= MAX_UINT64 else None

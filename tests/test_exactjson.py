@@ -48,3 +48,12 @@ json_values = st.recursive(
 def test_round_trip_matches_the_standard_library(value):
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     assert exactjson.dumps(exactjson.loads(text)) == text
+
+
+def test_a_json_number_is_never_taken_for_an_id_key_or_revision():
+    from history.ids import is_id, is_step_key, parse_revision
+
+    number = exactjson.loads("[7]")[0]
+    assert parse_revision(number) is None and parse_revision("7") == 7
+    assert not is_step_key(exactjson.loads("[12]")[0]) and is_step_key("12")
+    assert not is_id(exactjson.loads("[" + "1" * 32 + "]")[0]) and is_id("1" * 32)
