@@ -16,7 +16,7 @@ from recovery.operations import SERVICES
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.mark.skipif("connection.vendor != 'mysql'", reason="SQLite serialises writers: there is no race to run")
+@pytest.mark.skipif(connection.vendor != "mysql", reason="SQLite serialises writers: there is no race to run")
 @pytest.mark.parametrize("attempt", range(3))
 def test_a_decision_read_before_the_runner_consumed_the_inbox_never_commits(attempt):
     result = demo_run(namespace=f"race{attempt}")
