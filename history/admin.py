@@ -156,12 +156,17 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             "with_audit": with_audit,
         }
 
-    def change_view(self, request, object_id, form_url="", extra_context=None):
-        if not self.has_view_permission(request):
-            raise PermissionDenied
+    def visible_instance(self, request, object_id) -> models.WorkflowInstance:
+        """The instance if this user may see it (namespace and queues), else 404."""
         instance = self.get_queryset(request).select_related("definition").filter(pk=object_id).first()
         if instance is None:
             raise Http404("no such instance in your namespace")
+        return instance
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        instance = self.visible_instance(request, object_id)
         return TemplateResponse(request, self.instance_template, self.instance_context(request, instance))
 
 

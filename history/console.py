@@ -81,7 +81,6 @@ def visible_rows(queryset: QuerySet, identity: Identity | None) -> QuerySet:
 @dataclass
 class ActivationView:
     activation: models.Activation
-    task: models.Task | None = None
     tasks: list[models.Task] = field(default_factory=list)
     attempts: dict[str, list[models.Attempt]] = field(default_factory=dict)
     rounds: list[models.PollRound] = field(default_factory=list)
@@ -91,7 +90,6 @@ class ActivationView:
 @dataclass
 class StepView:
     step: models.Step
-    spec: dict
     activations: list[ActivationView]
 
 
@@ -144,7 +142,6 @@ def instance_page(*, instance: models.WorkflowInstance, with_audit: bool, recent
         views_by_step[activation.step_id].append(
             ActivationView(
                 activation=activation,
-                task=task_by_id.get(activation.task_id),
                 tasks=own_tasks,
                 attempts={t.id: attempts.get(t.id, []) for t in own_tasks},
                 rounds=own_rounds,
@@ -153,7 +150,7 @@ def instance_page(*, instance: models.WorkflowInstance, with_audit: bool, recent
         )
     order = {key: index for index, key in enumerate(specs)}
     step_views = sorted(
-        (StepView(step=s, spec=specs.get(s.key, {}), activations=views_by_step.get(s.id, [])) for s in steps),
+        (StepView(step=s, activations=views_by_step.get(s.id, [])) for s in steps),
         key=lambda view: (order.get(view.step.key, len(order)), view.step.key),
     )
     inbox = list(models.InboxRecord.objects.filter(instance_id=instance.id).order_by("-created_at", "-id")[:recent])

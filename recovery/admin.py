@@ -100,12 +100,6 @@ class RecoveryInstanceAdmin(WorkflowInstanceAdmin):
             raise PermissionDenied
         return identity
 
-    def _instance(self, request, object_id) -> WorkflowInstance:
-        instance = self.get_queryset(request).select_related("definition").filter(pk=object_id).first()
-        if instance is None:
-            raise Http404("no such instance in your namespace")
-        return instance
-
     def _instance_url(self, instance_id: str) -> str:
         return reverse("admin:history_workflowinstance_change", args=[instance_id])
 
@@ -116,9 +110,10 @@ class RecoveryInstanceAdmin(WorkflowInstanceAdmin):
         user = request.user
         context["can_control"] = user.has_perm(PERMISSIONS["control"])
         context["can_signal"] = user.has_perm(PERMISSIONS["signal"])
-        if not self.has_recover_permission(request) or identity_of_user(user) is None:
+        identity = identity_of_user(user)
+        if not self.has_recover_permission(request) or identity is None:
             return context
-        eligibility = instance_eligibility(identity=identity_of_user(user), instance_id=instance.id)
+        eligibility = instance_eligibility(identity=identity, instance_id=instance.id)
         page = context["page"]
         tasks = {t.id: t for view in page.steps for a in view.activations for t in a.tasks}
         for view in page.steps:
@@ -188,7 +183,7 @@ class RecoveryInstanceAdmin(WorkflowInstanceAdmin):
         if spec is None:
             raise Http404("no such recovery operation")
         identity = self._identity(request, "recover")
-        instance = self._instance(request, object_id)
+        instance = self.visible_instance(request, object_id)
         form_class = recovery_form_class(spec)
         preview, conflict = None, False
         if request.method == "POST":
@@ -258,7 +253,7 @@ class RecoveryInstanceAdmin(WorkflowInstanceAdmin):
         if action not in CONTROLS:
             raise Http404("no such control action")
         identity = self._identity(request, "control")
-        instance = self._instance(request, object_id)
+        instance = self.visible_instance(request, object_id)
         if request.method == "POST":
             form = ControlForm(request.POST)
             if form.is_valid():
@@ -276,7 +271,7 @@ class RecoveryInstanceAdmin(WorkflowInstanceAdmin):
 
     def signal_view(self, request, object_id):
         identity = self._identity(request, "signal")
-        instance = self._instance(request, object_id)
+        instance = self.visible_instance(request, object_id)
         if request.method == "POST":
             form = SignalForm(request.POST)
             if form.is_valid():
