@@ -3,19 +3,13 @@
 The measured numbers are the ones the README reports (``pytest -s`` prints them).
 """
 
-import datetime as dt
-
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from engine import runner
 from engine.handlers import claim_execute
-from engine.instances import instance_cancel
-from engine.signals import signal_accept
-from history import clock
-from tests.engine.conftest import task_step
-from tests.engine.test_poll import poll_step
+from tests.engine import states
 
 
 def _queries(run) -> int:
@@ -36,101 +30,23 @@ def _cost(prepare, run_pass) -> tuple[int, int]:
     return idle, one
 
 
-def _started(engine, definition, items, **input_value):
-    return [engine.start(definition, input_value) for _ in range(items)]
-
-
 def _pass_costs(engine):
-    tasks = engine.define([task_step("a")])
-    polls = engine.define([poll_step()])
-    timers = engine.define([{"key": "t", "kind": "TIMER", "duration_seconds": 10}])
-    signals = engine.define(
-        [{"key": "s", "kind": "SIGNAL", "name": "go", "payload_version": "1", "deadline_seconds": 10}]
-    )
-    deadline = engine.define([task_step("a")], deadline_seconds=5)
     costs = {}
-
-    costs["continuations (start → activate TASK)"] = _cost(
-        lambda n: _started(engine, tasks, n), runner.pass_continuations
-    )
-
-    def completed(n):
-        for _ in range(n):
-            engine.work()
-
-    costs["inbox (TASK SUCCEEDED result)"] = _cost(completed, runner.pass_inbox)
-    runner.runner_settle()
-
-    def claimed(n):
-        _started(engine, tasks, n)
+    passes = {
+        "continuations (start → activate TASK)": (states.started, runner.pass_continuations),
+        "inbox (TASK SUCCEEDED result)": (states.results_pending, runner.pass_inbox),
+        "lease_expiry (attempt → UNKNOWN)": (states.leases_expired, runner.pass_lease_expiry),
+        "poll_rounds (open next round)": (states.poll_rounds_due, runner.pass_poll_rounds),
+        "timers (fire)": (states.timers_due, runner.pass_timers),
+        "inbox (signal satisfies wait)": (states.signals_sent, runner.pass_inbox),
+        "wait_deadlines (wait EXPIRED)": (states.waits_late, runner.pass_wait_deadlines),
+        "instance_deadlines (RUNNING → CANCELLING)": (states.instances_late, runner.pass_instance_deadlines),
+        "stop_settlement (cancel queued task, settle)": (states.instances_cancelled, runner.pass_stop_settlement),
+    }
+    for name, (prepare, run_pass) in passes.items():
+        costs[name] = _cost(lambda n, prepare=prepare: prepare(engine, n), run_pass)
         runner.runner_settle()
-        for _ in range(n):
-            engine.claim(lease_seconds=1)
-        clock.advance(dt.timedelta(seconds=2))
-
-    costs["lease_expiry (attempt → UNKNOWN)"] = _cost(claimed, runner.pass_lease_expiry)
-    runner.runner_settle()
-
-    def polls_due(n):
-        _started(engine, polls, n, pending_rounds=5)
-        runner.runner_settle()
-        for _ in range(n):
-            engine.work("polls")
-        runner.runner_settle()
-        clock.advance(dt.timedelta(seconds=61))
-
-    costs["poll_rounds (open next round)"] = _cost(polls_due, runner.pass_poll_rounds)
-
-    def timers_due(n):
-        _started(engine, timers, n)
-        runner.runner_settle()
-        clock.advance(dt.timedelta(seconds=11))
-
-    costs["timers (fire)"] = _cost(timers_due, runner.pass_timers)
-    runner.runner_settle()
-
-    def signals_sent(n):
-        instances = _started(engine, signals, n)
-        runner.runner_settle()
-        for instance in instances:
-            signal_accept(
-                identity=engine.identity,
-                instance_id=instance.id,
-                command={"name": "go", "payload_version": "1", "payload": {}, "correlation_key": "", "reason": "r"},
-                idempotency_key=f"sig-{instance.id}",
-            )
-
-    costs["inbox (signal satisfies wait)"] = _cost(signals_sent, runner.pass_inbox)
-
-    def waits_late(n):
-        _started(engine, signals, n)
-        runner.runner_settle()
-        clock.advance(dt.timedelta(seconds=11))
-
-    costs["wait_deadlines (wait EXPIRED)"] = _cost(waits_late, runner.pass_wait_deadlines)
-
-    def late(n):
-        _started(engine, deadline, n)
-        runner.runner_settle()
-        clock.advance(dt.timedelta(seconds=6))
-
-    costs["instance_deadlines (RUNNING → CANCELLING)"] = _cost(late, runner.pass_instance_deadlines)
-    runner.runner_settle()
-
-    def cancelled(n):
-        instances = _started(engine, tasks, n)
-        runner.runner_settle()
-        for instance in instances:
-            instance.refresh_from_db()
-            instance_cancel(
-                identity=engine.identity,
-                instance_id=instance.id,
-                command={"expected_control_revision": str(instance.control_revision)},
-            )
-
-    costs["stop_settlement (cancel queued task, settle)"] = _cost(cancelled, runner.pass_stop_settlement)
-    runner.runner_settle()
-    _started(engine, tasks, 1)
+    states.started(engine, 1, states.TASKS)
     runner.runner_settle()
     claims = []
     costs["worker claim (one task)"] = (0, _queries(lambda: claims.append(engine.claim())))

@@ -4,9 +4,25 @@ import hashlib
 
 import pytest
 from django.apps import apps
-from django.db import connection
+from django.db import DatabaseError, connection
 
 from history.errors import WeaveError
+
+WRITES = ("INSERT", "UPDATE", "DELETE")
+
+
+class FaultAt:
+    """Counts the write statements and fails the ``n``-th one (0: never)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.writes = n, []
+
+    def __call__(self, execute, sql, params, many, context):
+        if sql.lstrip().split(None, 1)[0].upper() in WRITES:
+            self.writes.append(sql)
+            if len(self.writes) == self.n:
+                raise DatabaseError(f"injected fault at write {self.n}")
+        return execute(sql, params, many, context)
 
 
 def history_digest() -> str:

@@ -7,23 +7,7 @@ from history.models import ResultEvent, WorkflowOperation
 from recovery.operations import task_review
 from tests.recovery import requests as rq
 from tests.recovery import states
-from tests.recovery.digest import history_digest
-
-WRITES = ("INSERT", "UPDATE", "DELETE")
-
-
-class FaultAt:
-    """Counts the write statements and fails the ``n``-th one (0: never)."""
-
-    def __init__(self, n: int) -> None:
-        self.n, self.writes = n, []
-
-    def __call__(self, execute, sql, params, many, context):
-        if sql.lstrip().split(None, 1)[0].upper() in WRITES:
-            self.writes.append(sql)
-            if len(self.writes) == self.n:
-                raise DatabaseError(f"injected fault at write {self.n}")
-        return execute(sql, params, many, context)
+from tests.recovery.digest import FaultAt, history_digest
 
 
 def _run_with(fault: FaultAt, service, build, state, identity):
