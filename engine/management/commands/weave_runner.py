@@ -1,9 +1,10 @@
 import signal
-import time
+import threading
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
+from engine.background import Outage
 from engine.runner import runner_pass
 
 
@@ -24,15 +25,18 @@ class Command(BaseCommand):
         if options["once"]:
             self._report(runner_pass(), always=True)
             return
-        stopping = []
-        signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+        stopping = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+        outage = Outage("weave_runner", stopping)
         try:
-            while not stopping:
-                counts = runner_pass()
+            while not stopping.is_set():
+                counts = outage.run(runner_pass)
+                if counts is None:
+                    continue
                 self._report(counts, always=verbose)
                 if not any(counts.values()):
                     connection.close()
-                    time.sleep(options["interval"])
+                    stopping.wait(options["interval"])
         except KeyboardInterrupt:
             pass
 

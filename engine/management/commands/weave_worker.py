@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
+from engine.background import Outage
 from engine.handlers import HANDLERS, claim_execute
 from engine.worker import task_claim
 from history.identity import Identity
@@ -65,9 +66,10 @@ class Command(BaseCommand):
             return
 
         def loop() -> None:
+            outage = Outage(name, stopping)
             try:
                 while not stopping.is_set():
-                    if not run_one():
+                    if outage.run(run_one) is False:
                         connection.close()
                         stopping.wait(options["interval"])
             finally:
