@@ -5,10 +5,14 @@ admin, the instance API and the commit can never disagree about a rule. A previe
 revisions it was computed at: committing it later with those revisions refuses a stale preview.
 """
 
-from history.errors import NotFound, WeaveError
+from collections.abc import Iterable
+
+from django.db.models import F
+
+from history.errors import FailedPrecondition, NotFound, WeaveError
 from history.identity import Identity
 from history.ids import ROOT_STEP_KEY
-from history.models import Activation, Step, StepKind, Task, TaskState, WorkflowInstance
+from history.models import InstanceState, Step, StepKind, Task, TaskState, WorkflowInstance
 from recovery.commands import (
     ContinueCommand,
     ContinuePollCommand,
@@ -116,38 +120,47 @@ def instance_eligibility(*, identity: Identity, instance_id: str) -> dict:
     instance = WorkflowInstance.objects.filter(pk=instance_id, namespace_id=identity.namespace_id).first()
     if instance is None:
         raise NotFound("no such workflow instance")
-    steps = sorted(Step.objects.filter(instance_id=instance.id).exclude(key=ROOT_STEP_KEY), key=lambda s: s.key)
+    steps = Step.objects.filter(instance_id=instance.id).exclude(key=ROOT_STEP_KEY)
+    return _eligibility(identity=identity, instance=instance, steps=steps)
+
+
+def _eligibility(*, identity: Identity, instance: WorkflowInstance, steps: Iterable[Step]) -> dict:
+    steps = sorted((s for s in steps if s.kind != StepKind.ROOT), key=lambda s: s.key)
     try:
-        ctx = context_open(identity=identity, instance_id=instance_id, locks=None)
+        ctx = context_open(identity=identity, instance_id=instance.id, locks=None)
     except NotFound:
         raise
     except WeaveError as error:
-        refusal = _refused(error)
-        names = ["review-task", *_STEP_COMMANDS]
-        return {
-            "revision": str(instance.revision),
-            "continue": refusal,
-            "steps": {s.key: dict.fromkeys(names, refusal) for s in steps if s.kind != StepKind.ROOT},
-        }
+        return _refused_everywhere(instance=instance, steps=steps, error=error)
     review_tasks = _review_tasks_by_step(instance)
     continue_command = ContinueCommand(**_common(ctx), review_resolved=True)
     return {
         "revision": str(instance.revision),
         "continue": _evaluate(ctx, CONTINUE, continue_command),
-        "steps": {s.key: _step_entry(ctx, s, review_tasks.get(s.id, [])) for s in steps if s.kind != StepKind.ROOT},
+        "steps": {s.key: _step_entry(ctx, s, review_tasks.get(s.id, [])) for s in steps},
+    }
+
+
+def _refused_everywhere(*, instance: WorkflowInstance, steps: list[Step], error: WeaveError) -> dict:
+    refusal = _refused(error)
+    names = ["review-task", *_STEP_COMMANDS]
+    return {
+        "revision": str(instance.revision),
+        "continue": refusal,
+        "steps": {s.key: dict.fromkeys(names, refusal) for s in steps},
     }
 
 
 def _review_tasks_by_step(instance: WorkflowInstance) -> dict[str, list[Task]]:
-    tasks = list(
-        Task.objects.filter(source_instance_id=instance.id, state=TaskState.NEEDS_REVIEW).order_by("created_at")
-    )
-    step_of = dict(
-        Activation.objects.filter(pk__in=[t.source_activation_id for t in tasks]).values_list("id", "step_id")
+    # A task whose source activation is missing has no step: the join leaves it out, as no step would show it.
+    tasks = (
+        Task.objects.filter(source_instance_id=instance.id, state=TaskState.NEEDS_REVIEW)
+        .annotate(source_step_id=F("source_activation__step_id"))
+        .order_by("created_at")
     )
     by_step: dict[str, list[Task]] = {}
     for task in tasks:
-        by_step.setdefault(step_of.get(task.source_activation_id), []).append(task)
+        by_step.setdefault(task.source_step_id, []).append(task)
     return by_step
 
 
@@ -169,6 +182,13 @@ def instance_eligibility_document(instance: WorkflowInstance, steps) -> dict:
 
     What is possible does not depend on who reads it, so it is judged with the instance's own
     namespace and every queue (the reader passed the namespace and queue checks already).
+    ``instance`` and ``steps`` (its StepViews) are the rows the reader already loaded: outside
+    NEEDS_REVIEW every operation is refused for the instance's state, known without reading more.
     """
+    rows = [view.step for view in steps]
+    if instance.state != InstanceState.NEEDS_REVIEW:
+        # context_open's refusal once the namespace and queues pass, as they did for this reader.
+        error = FailedPrecondition(f"the instance is {instance.state}; recovery applies only to NEEDS_REVIEW")
+        return _refused_everywhere(instance=instance, steps=sorted(rows, key=lambda s: s.key), error=error)
     reader = Identity(namespace_id=instance.namespace_id, actor_id="", scopes=frozenset(), queues=None)
-    return instance_eligibility(identity=reader, instance_id=instance.id)
+    return _eligibility(identity=reader, instance=instance, steps=rows)

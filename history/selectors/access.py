@@ -1,45 +1,110 @@
 """The parent checks every history read starts with."""
 
+from django.db.models import Exists, OuterRef, QuerySet, Subquery
+
 from history.errors import NotFound, Unavailable
 from history.identity import Identity
 from history.ids import ROOT_STEP_KEY
-from history.models import Queue, Step, WorkflowDefinition, WorkflowInstance
+from history.models import Activation, Gate, Namespace, Queue, Step, WorkflowDefinition, WorkflowInstance
+
+_DEFINITION_BROKEN = "the workflow's definition is missing or belongs to another namespace"
 
 
 def instance_get_readable(*, identity: Identity, instance_id: str) -> WorkflowInstance:
     """The instance, with its fixed definition loaded, if the identity may read it.
 
     Another namespace, a missing row and an inaccessible queue of the definition all look the
-    same (NOT_FOUND): knowing an id proves nothing.
+    same (NOT_FOUND): knowing an id proves nothing. One query reads the instance, its definition,
+    its namespace's name (``namespace_name``, None when missing) and whether its gate exists
+    (``has_gate``); the readers check the last two where they need them.
     """
-    instance = WorkflowInstance.objects.filter(id=instance_id, namespace_id=identity.namespace_id).first()
+    instance = (
+        WorkflowInstance.objects.select_related("definition")
+        .annotate(
+            namespace_name=Subquery(Namespace.objects.filter(pk=OuterRef("namespace_id")).values("name")[:1]),
+            has_gate=Exists(Gate.objects.filter(pk=OuterRef("pk"))),
+        )
+        .filter(id=instance_id, namespace_id=identity.namespace_id)
+        .first()
+    )
     if instance is None:
-        raise NotFound("workflow not found")
-    definition = WorkflowDefinition.objects.filter(id=instance.definition_id).first()
-    if definition is None or definition.namespace_id != instance.namespace_id:
-        raise Unavailable("the workflow's definition is missing or belongs to another namespace")
+        _refuse_unreadable(identity=identity, instance_id=instance_id)
+    definition = instance.definition
+    if definition.namespace_id != instance.namespace_id:
+        raise Unavailable(_DEFINITION_BROKEN)
     if not identity.can_access_queues(definition.queues):
         raise NotFound("workflow not found")
-    instance.definition = definition
     return instance
 
 
-def step_get_by_key(*, instance: WorkflowInstance, key: str) -> Step:
-    """The logical step ``key`` of the instance's fixed definition (``$root`` is never one)."""
+def _refuse_unreadable(*, identity: Identity, instance_id: str) -> None:
+    """The joined read found no row: the instance is missing (NOT_FOUND) or its definition is (UNAVAILABLE)."""
+    orphan = WorkflowInstance.objects.filter(id=instance_id, namespace_id=identity.namespace_id).exclude(
+        Exists(WorkflowDefinition.objects.filter(pk=OuterRef("definition_id")))
+    )
+    if orphan.exists():
+        raise Unavailable(_DEFINITION_BROKEN)
+    raise NotFound("workflow not found")
+
+
+def step_spec_of(*, instance: WorkflowInstance, key: str) -> dict:
+    """The spec of step ``key`` in the instance's fixed definition (``$root`` is never one)."""
     spec = instance.definition.step_spec(key) if key != ROOT_STEP_KEY else None
     if spec is None:
         raise NotFound(f"step {key!r} is not a step of this workflow's definition")
+    return spec
+
+
+def step_get_by_key(*, instance: WorkflowInstance, key: str) -> Step:
+    """The logical step ``key`` of the instance's fixed definition."""
+    spec = step_spec_of(instance=instance, key=key)
     step = Step.objects.filter(instance_id=instance.id, key=key).first()
+    return step_check(instance=instance, spec=spec, key=key, step=step)
+
+
+def step_check(*, instance: WorkflowInstance, spec: dict, key: str, step: Step | None) -> Step:
+    """The step row read for ``key`` must exist with the kind its spec names."""
     if step is None or step.kind != spec["kind"]:
         raise Unavailable(f"step {key!r} has no row matching the definition")
     step.instance = instance
     return step
 
 
+def activation_get_under_step(
+    *, instance: WorkflowInstance, key: str, activation_id: str, queryset: QuerySet[Activation] | None = None
+) -> Activation:
+    """Activation ``activation_id`` of the logical step ``key``, read with its step in one query.
+
+    The checks and their order are those of ``step_get_by_key`` then the activation by (step, id):
+    the step 404 (definition), the step 503 (row), then the activation 404.
+    """
+    spec = step_spec_of(instance=instance, key=key)
+    activation = (
+        (Activation.objects.all() if queryset is None else queryset)
+        .select_related("step")
+        .filter(id=activation_id, step__instance_id=instance.id, step__key=key)
+        .first()
+    )
+    if activation is None:
+        step_get_by_key(instance=instance, key=key)
+        raise NotFound("activation not found under this step")
+    activation.step = step_check(instance=instance, spec=spec, key=key, step=activation.step)
+    return activation
+
+
+def fixed_queue(*, instance: WorkflowInstance, spec: dict) -> QuerySet:
+    """The queue the fixed definition names for a TASK or POLL step (one row at most: names are unique)."""
+    return Queue.objects.filter(namespace_id=instance.namespace_id, name=spec.get("queue")).values_list("id", flat=True)
+
+
+def fixed_queue_check(*, key: str, queue_id: str | None) -> str:
+    if queue_id is None:
+        raise Unavailable(f"the queue of step {key!r} does not exist in this namespace")
+    return queue_id
+
+
 def fixed_queue_id(*, instance: WorkflowInstance, step: Step) -> str:
     """The id of the queue the fixed definition names for a TASK or POLL step."""
-    name = instance.definition.step_spec(step.key).get("queue")
-    queue_id = Queue.objects.filter(namespace_id=instance.namespace_id, name=name).values_list("id", flat=True).first()
-    if queue_id is None:
-        raise Unavailable(f"the queue of step {step.key!r} does not exist in this namespace")
-    return queue_id
+    spec = instance.definition.step_spec(step.key)
+    queue_id = fixed_queue(instance=instance, spec=spec).first()
+    return fixed_queue_check(key=step.key, queue_id=queue_id)

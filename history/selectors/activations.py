@@ -2,11 +2,12 @@
 
 from dataclasses import dataclass
 
+from django.db.models import Subquery
+
 from history.errors import InvalidArgument, NotFound, Unavailable
 from history.identity import Identity
 from history.models import (
     Activation,
-    Gate,
     PollRound,
     Step,
     StepKind,
@@ -15,7 +16,14 @@ from history.models import (
     WaitKind,
     WorkflowInstance,
 )
-from history.selectors.access import fixed_queue_id, instance_get_readable, step_get_by_key
+from history.selectors.access import (
+    activation_get_under_step,
+    fixed_queue,
+    fixed_queue_check,
+    instance_get_readable,
+    step_get_by_key,
+    step_spec_of,
+)
 from history.selectors.pagination import ListKind, Page, keyset_page
 from history.selectors.steps import StepView, check_activation_of, step_views
 
@@ -131,18 +139,22 @@ def poll_round_list(
 ) -> PollRoundPage:
     """The business rounds of one POLL activation, newest round first, each task verified."""
     instance = instance_get_readable(identity=identity, instance_id=instance_id)
-    step = step_get_by_key(instance=instance, key=step_key)
-    activation = Activation.objects.filter(id=activation_id, step_id=step.id).first()
-    if activation is None:
-        raise NotFound("activation not found under this step")
+    spec = step_spec_of(instance=instance, key=step_key)
+    activation = activation_get_under_step(
+        instance=instance,
+        key=step_key,
+        activation_id=activation_id,
+        queryset=Activation.objects.annotate(fixed_queue_id=Subquery(fixed_queue(instance=instance, spec=spec)[:1])),
+    )
+    step = activation.step
     if step.kind != StepKind.POLL:
         raise InvalidArgument(
             f"step {step.key!r} is a {step.kind} step: only POLL activations have rounds",
             field="activation",
         )
     check_activation_of(step=step, activation=activation)
-    queue_id = fixed_queue_id(instance=instance, step=step)
-    if not Gate.objects.filter(instance_id=instance.id).exists():
+    queue_id = fixed_queue_check(key=step.key, queue_id=activation.fixed_queue_id)
+    if not instance.has_gate:
         raise Unavailable("the workflow has no gate")
     page = keyset_page(
         PollRound.objects.filter(activation_id=activation.id), kind=POLL_ROUNDS, after=after, limit=limit

@@ -2,11 +2,13 @@
 
 from dataclasses import dataclass
 
+from django.db.models import Exists, OuterRef
+
 from history.eligibility import eligibility_for
 from history.errors import NotFound, Unavailable
 from history.identity import Identity
 from history.ids import ROOT_STEP_KEY
-from history.models import Activation, Attempt, Namespace, PollRound, Step, StepKind, Task, WorkflowInstance
+from history.models import Activation, Attempt, PollRound, Step, StepKind, Task, WorkflowInstance
 from history.selectors.access import fixed_queue_id, instance_get_readable
 from history.selectors.steps import StepView, step_views
 
@@ -31,7 +33,7 @@ class TaskDetail:
 def instance_get(*, identity: Identity, instance_id: str) -> InstanceDetail:
     """The instance and every logical step of its fixed definition, in definition order."""
     instance = instance_get_readable(identity=identity, instance_id=instance_id)
-    namespace = Namespace.objects.filter(id=instance.namespace_id).values_list("name", flat=True).first()
+    namespace = instance.namespace_name
     if namespace is None:
         raise Unavailable("the workflow's namespace does not exist")
     rows = {step.key: step for step in Step.objects.filter(instance_id=instance.id).exclude(key=ROOT_STEP_KEY)}
@@ -57,21 +59,24 @@ def task_get(*, identity: Identity, instance_id: str, task_id: str) -> TaskDetai
     task = Task.objects.filter(id=task_id, source_instance_id=instance.id).first()
     if task is None:
         raise NotFound("task not found under this workflow")
-    activation = Activation.objects.filter(id=task.source_activation_id).first()
-    step = Step.objects.filter(id=activation.step_id).first() if activation is not None else None
+    # The source activation with its step, and (POLL) whether one of its rounds names this task back.
+    round_names_task = PollRound.objects.filter(activation_id=OuterRef("pk"), task_id=task.id, round=task.source_round)
+    activation = (
+        Activation.objects.select_related("step")
+        .annotate(round_names_task=Exists(round_names_task))
+        .filter(id=task.source_activation_id)
+        .first()
+    )
+    step = activation.step if activation is not None else None
     if (
         task.namespace_id != instance.namespace_id
         or activation is None
         or activation.instance_id != instance.id
-        or step is None
         or step.instance_id != instance.id
         or step.kind not in (StepKind.TASK, StepKind.POLL)
     ):
         raise Unavailable(f"task {task.id} has no source activation of a TASK or POLL step of this workflow")
-    if step.kind == StepKind.TASK:
-        owned = activation.task_id == task.id
-    else:
-        owned = PollRound.objects.filter(activation_id=activation.id, task_id=task.id, round=task.source_round).exists()
+    owned = activation.task_id == task.id if step.kind == StepKind.TASK else activation.round_names_task
     if not owned:
         raise Unavailable(f"activation {activation.id} does not name task {task.id} back")
     if task.queue_id != fixed_queue_id(instance=instance, step=step):

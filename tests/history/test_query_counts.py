@@ -6,27 +6,44 @@ histories (10 and 10 000 rows of each list) are bulk-inserted to keep the test f
 
 import datetime as dt
 
+import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from history import clock
+from history.identity import Identity
 from history.ids import new_id
-from history.models import Activation, PollRound, Task, WorkflowOperation
+from history.models import (
+    Activation,
+    InstanceState,
+    PollRound,
+    Scope,
+    Step,
+    Task,
+    WorkflowDefinition,
+    WorkflowInstance,
+    WorkflowOperation,
+)
+from recovery.eligibility import instance_eligibility
 from tests.conftest import bearer
+from tests.factories import activate, poll_round, step_of
 from tests.history.conftest import ENDPOINTS, LISTS
 
-# Authentication (1) + instance (1) + definition (1), then what each endpoint reads itself.
+# Authentication (1) + the instance with its definition, namespace name and gate (1), then what each endpoint
+# reads itself. Every endpoint is at most 6.
 BASELINE = {
-    "instance": 11,  # + namespace, steps, current activations, their tasks; eligibility (a RUNNING instance: 4)
-    "activations": 6,  # + step, page keys, page rows
-    "activation": 6,  # + step, requested and current activation, current task
-    "rounds": 10,  # + step, activation, fixed queue, gate, page keys, page rows, their tasks
-    "signals": 5,  # + page keys, page rows
-    "signal": 4,  # + signal
-    "signal_operations": 6,  # + signal, page keys, page rows
-    "signal_operation": 5,  # + signal, record
-    "task": 8,  # + task, activation, step, fixed queue, attempts
-    "operations": 5,  # + page keys, page rows
+    "instance": 5,  # + steps, current activations, their tasks; a RUNNING instance's eligibility reads nothing
+    "activations": 5,  # + step, page keys, page rows
+    "activation": 5,  # + step, requested and current activation, current task
+    "activation_with_wait": 6,  # + step, requested and current activation, current task, wait
+    "rounds": 6,  # + activation with its step and fixed queue, page keys, page rows, their tasks
+    "signals": 4,  # + page keys, page rows
+    "signal": 3,  # + signal
+    "signal_operations": 5,  # + signal, page keys, page rows
+    "signal_operation": 4,  # + signal, record
+    "task": 6,  # + task, activation with its step, fixed queue, attempts
+    "poll_task": 6,  # + task, activation with its step and the round naming the task, fixed queue, attempts
+    "operations": 4,  # + page keys, page rows
 }
 WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 ROWS = 10_000
@@ -42,9 +59,21 @@ def _queries(api, token, path, limit):
     return len(statements)
 
 
+@pytest.fixture
+def every_read(history_rows):
+    """``history_rows`` plus a POLL query task, and a POLL activation with a final-signal wait and a round."""
+    w = f"/v1/workflows/{history_rows.workflow.id}"
+    round_task = PollRound.objects.get(activation=history_rows.poll).task_id
+    history_rows.paths["poll_task"] = (f"{w}/tasks/{round_task}", Scope.READ, False)
+    waiting = activate(step_of(history_rows.workflow, "settle"), wait={})
+    poll_round(waiting, 1)
+    history_rows.paths["activation_with_wait"] = (f"{w}/steps/settle/activations/{waiting.id}", Scope.READ, False)
+    return history_rows
+
+
 def _measure(history_rows, api, token_for):
     counts = {}
-    for name in ENDPOINTS:
+    for name in history_rows.paths:
         path, scope, is_list = history_rows.paths[name]
         token = token_for(scope)
         for limit in (1, 100) if is_list else (None,):
@@ -96,7 +125,8 @@ def _grow_history(history_rows, size):
     )
 
 
-def test_every_read_runs_a_constant_number_of_queries_whatever_the_limit_and_history(history_rows, api, token_for):
+def test_every_read_runs_a_constant_number_of_queries_whatever_the_limit_and_history(every_read, api, token_for):
+    history_rows = every_read
     _grow_history(history_rows, 10)
     small = _measure(history_rows, api, token_for)
     _grow_history(history_rows, ROWS)
@@ -129,3 +159,38 @@ def test_reads_never_write_not_even_on_a_refusal(history_rows, api, token_for):
         assert api.get(history_rows.paths["instance"][0], **bearer(token)).status_code == 503
     statements += [q["sql"].lstrip().split(" ", 1)[0].upper() for q in captured.captured_queries]
     assert set(statements) == {"SELECT"}
+
+
+@pytest.mark.parametrize("state", [s for s in InstanceState if s != InstanceState.NEEDS_REVIEW])
+def test_the_instance_detail_refuses_recovery_outside_review_exactly_as_the_full_eligibility_does(
+    history_rows, api, token_for, state
+):
+    """Outside NEEDS_REVIEW the detail answers without reading more; the admin's eligibility runs every check."""
+    WorkflowInstance.objects.filter(id=history_rows.workflow.id).update(state=state)
+    response = api.get(history_rows.paths["instance"][0], **bearer(token_for(Scope.READ)))
+    assert response.status_code == 200, response.content
+    operator = Identity(
+        namespace_id=history_rows.workflow.namespace_id, actor_id="b" * 32, scopes=frozenset(), queues=None
+    )
+    assert response.json()["data"]["eligibility"] == instance_eligibility(
+        identity=operator, instance_id=history_rows.workflow.id
+    )
+
+
+def test_the_joined_parent_read_still_tells_a_missing_definition_from_a_missing_instance(history_rows, api, token_for):
+    """The instance is read joined to its definition: a lost definition stays 503, an unknown instance 404."""
+    WorkflowDefinition.objects.filter(id=history_rows.workflow.definition_id).delete()
+    for name in ENDPOINTS:
+        path, scope, _ = history_rows.paths[name]
+        token = token_for(scope)
+        assert api.get(path, **bearer(token)).status_code == 503, name
+        assert api.get(path.replace(history_rows.workflow.id, "e" * 32), **bearer(token)).status_code == 404, name
+
+
+def test_rounds_under_a_step_without_its_row_are_unavailable_not_missing(history_rows, api, token_for):
+    """The activation is read joined to its step: a lost step row is 503 before the activation's 404."""
+    path = history_rows.paths["rounds"][0]
+    Step.objects.filter(id=history_rows.poll.step_id).delete()
+    token = token_for(Scope.READ)
+    assert api.get(path, **bearer(token)).status_code == 503
+    assert api.get(path.replace(history_rows.poll.id, "e" * 32), **bearer(token)).status_code == 503
