@@ -18,7 +18,6 @@ _DRF_MAP = {
     drf.PermissionDenied: errors.PermissionDenied,
     drf.ParseError: errors.InvalidArgument,
     drf.ValidationError: errors.InvalidArgument,
-    drf.UnsupportedMediaType: errors.InvalidArgument,
     drf.NotFound: errors.NotFound,
     drf.Throttled: errors.ResourceExhausted,
 }
@@ -39,6 +38,8 @@ def as_weave_error(exc: Exception) -> errors.WeaveError:
         return errors.NotFound("not found")
     if isinstance(exc, drf.MethodNotAllowed):
         return MethodNotAllowed(str(exc.detail))
+    if isinstance(exc, drf.UnsupportedMediaType):
+        return errors.InvalidArgument(str(exc.detail), field="Content-Type")
     if isinstance(exc, drf.NotAcceptable):
         return NotAcceptable(str(exc.detail))
     for drf_class, weave_class in _DRF_MAP.items():

@@ -20,4 +20,6 @@ class ExactJSONRenderer(BaseRenderer):
             body = {"request_id": request_id, "error": data["error"]}
         else:
             body = {"request_id": request_id, "data": data}
-        return exactjson.dumps(body).encode("utf-8")
+        # A lone surrogate (a client's "\\ud800", echoed in an error's field) cannot be UTF-8: it can
+        # only stand inside a JSON string, where its backslash escape is the same JSON text.
+        return exactjson.dumps(body).encode("utf-8", "backslashreplace")
