@@ -1,0 +1,258 @@
+"""Recovery operations under concurrent clients, ours vs the floor of their own row locks and writes.
+
+    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench_ops python bench/recovery_ops.py \
+        [--instances 24] [--clients 1,4,8] [--ops review-task,resolve-step,...]
+
+Creates the database if it is missing and migrates it. For each operation and client count it
+builds --instances distinct instances in the state the operation succeeds on (the builders of
+tests/recovery/states.py, the states the recovery tests prove the operations on) for ours and as
+many for the floor, all before the timed part. The clients are threads with one database
+connection each (one credential each, as separate API clients), released together; each runs
+its share of the instances one after another.
+
+- ours: the operation's service (``recovery.operations.SERVICES``), as the API calls it.
+- floor: the same row locks and writes and nothing else. Each floor instance's statements are
+  captured by running the service once on it inside a transaction that is rolled back
+  (``CaptureQueriesContext``), keeping only the locking reads (``SELECT ... FOR UPDATE``, in
+  their order) and the writes (``INSERT``/``UPDATE``/``DELETE``). The timed floor replays them as
+  raw SQL in one transaction on that instance: the same locks in the same order, the same rows
+  and columns written. What ours pays on top is everything else: parsing, the plain reads and
+  checks, idempotency, audits built in Python, the receipt.
+
+The floor writes the captured absolute quota counters; they are recounted after each floor run
+(untimed) so the database stays consistent for ``manage.py weave_check``.
+
+Prints p50/p95 latency per operation (ms), operations per second (operations / the cell's wall
+time), ours/floor on p50 and the statements per operation (ours: all, captured; floor: the
+kept ones); the target is ours/floor <= 3 for every operation.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "weave_site.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+import MySQLdb  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connection, reset_queries, transaction  # noqa: E402
+from django.test.utils import CaptureQueriesContext  # noqa: E402
+
+from history.credentials import credential_issue, identity_of_credential  # noqa: E402
+from history.identity import Identity  # noqa: E402
+from history.ids import new_id  # noqa: E402
+from history.models import Scope  # noqa: E402
+from history.tenancy import namespace_ensure  # noqa: E402
+from recovery.operations import SERVICES  # noqa: E402
+from tests.recovery import requests as rq  # noqa: E402
+from tests.recovery import states  # noqa: E402
+
+TARGET = 3.0
+# Each operation: its display name, the command builder and the state it succeeds on.
+OPERATIONS = {
+    "review-task": ("ReviewTask", rq.review, states.task_unknown_state),
+    "resolve-step": ("ResolveStep", rq.resolve, states.task_reviewed_state),
+    "continue-poll": ("ContinuePoll", rq.continue_poll, states.poll_pending_reviewed_state),
+    "rearm-wait": ("RearmWait", rq.rearm, states.signal_contract_violation_state),
+    "continue": ("Continue", rq.continue_, states.task_resolved_state),
+    "retry-step": ("RetryStep", rq.retry, states.task_failed_state),
+}
+WRITES = ("INSERT", "UPDATE", "DELETE")
+
+
+def database_ready() -> None:
+    """Create the MariaDB database WEAVE_DATABASE_URL names when it is missing, then migrate it."""
+    if connection.vendor != "mysql":
+        raise SystemExit("this benchmark runs on MariaDB/MySQL: set WEAVE_DATABASE_URL=mysql://...")
+    db = settings.DATABASES["default"]
+    server = MySQLdb.connect(
+        host=db["HOST"] or "127.0.0.1", port=int(db["PORT"] or 3306), user=db["USER"], password=db["PASSWORD"] or ""
+    )
+    server.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{db['NAME']}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    server.close()
+    call_command("migrate", verbosity=0)
+
+
+@dataclass
+class Job:
+    """One prepared operation: ours runs ``service``; the floor replays ``statements``."""
+
+    identity: Identity
+    state: states.State
+    command: dict
+    key: str
+    statements: list[str] | None = None
+    queries: int = 0  # every statement the service issued, of which ``statements`` are kept
+
+
+def floor_capture(service, job: Job) -> None:
+    """The locking reads and the writes the service issues on this instance, captured and rolled back."""
+    reset_queries()  # the capture reads a bounded log: start each one empty
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        rq.run(service, job.identity, job.state, job.command, key=job.key)
+        transaction.set_rollback(True)
+    kept, issued = [], 0
+    for query in queries.captured_queries:
+        sql = query["sql"]
+        verb = sql.lstrip()[:6].upper()
+        if "times: " in sql[:20]:
+            raise SystemExit(f"an executemany the floor cannot replay: {sql[:80]}")
+        if verb in WRITES or (verb == "SELECT" and "FOR UPDATE" in sql.upper()):
+            kept.append(sql)
+        # Counted like the floor's: statements on rows, not transaction control (BEGIN, savepoints).
+        issued += verb == "SELECT" or verb in WRITES
+    if not kept:
+        raise SystemExit(f"{job.key}: no statements captured")
+    job.statements, job.queries = kept, issued
+
+
+def run_ours(service, job: Job) -> None:
+    receipt = rq.run(service, job.identity, job.state, job.command, key=job.key)
+    if receipt.replayed:
+        raise RuntimeError(f"{job.key}: replayed instead of committed")
+
+
+def run_floor(service, job: Job) -> None:
+    with transaction.atomic(), connection.cursor() as cursor:
+        for sql in job.statements:
+            cursor.execute(sql)
+            if sql.lstrip()[:6].upper() == "SELECT":
+                cursor.fetchall()
+
+
+def timed(run: Callable, service, shares: list[list[Job]]) -> tuple[list[float], float]:
+    """Each client runs its share on its own connection; latencies (ms) and the wall time (s)."""
+    barrier = threading.Barrier(len(shares) + 1)
+    latencies: list[float] = []
+    errors: list[BaseException] = []
+
+    def client(share: list[Job]) -> None:
+        mine = []
+        try:
+            connection.ensure_connection()
+            barrier.wait()
+            for job in share:
+                started = time.perf_counter()
+                run(service, job)
+                mine.append((time.perf_counter() - started) * 1000)
+        except BaseException as exc:  # reported after the join
+            errors.append(exc)
+        finally:
+            latencies.extend(mine)
+            connection.close()
+
+    threads = [threading.Thread(target=client, args=(share,)) for share in shares]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    if errors:
+        raise SystemExit(f"{run.__name__}: {errors[0]!r}")
+    return latencies, wall
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+class Bench:
+    def __init__(self, clients_max: int) -> None:
+        suffix = new_id()[:8]
+        self.tenancy = namespace_ensure(name=f"bench-ops-{suffix}", application="billing", queues=[states.QUEUE])
+        namespace, application, queues = self.tenancy
+        # Hundreds of built states hold permits; the default quota of 100 would refuse RetryStep.
+        for row in (application, *queues):
+            row.max_active_tasks = 10**6
+            row.save(update_fields=["max_active_tasks"])
+        self.identities = [
+            identity_of_credential(
+                credential_issue(
+                    namespace_id=namespace.id,
+                    application_id=application.id,
+                    actor_id=f"{number + 1:032x}",
+                    label=f"bench client {number}",
+                    scopes=[Scope.RECOVER, Scope.READ],
+                    queue_access="*",
+                ).credential
+            )
+            for number in range(clients_max)
+        ]
+
+    def shares(self, name: str, clients: int, instances: int, *, floor: bool) -> list[list[Job]]:
+        _, build, make = OPERATIONS[name]
+        shares: list[list[Job]] = [[] for _ in range(clients)]
+        for number in range(instances):
+            state = make(self.tenancy)
+            job = Job(self.identities[number % clients], state, build(state), f"bench-{new_id()}")
+            if floor:
+                floor_capture(SERVICES[name], job)
+            shares[number % clients].append(job)
+        return shares
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--instances", type=int, default=24, help="instances per cell and variant")
+    parser.add_argument("--clients", default="1,4,8", help="client counts (comma-separated)")
+    parser.add_argument("--ops", default=",".join(OPERATIONS), help="operations (comma-separated)")
+    args = parser.parse_args()
+    clients_list = [int(c) for c in args.clients.split(",")]
+    names = args.ops.split(",")
+    unknown = set(names) - set(OPERATIONS)
+    if unknown:
+        parser.error(f"--ops: unknown {sorted(unknown)}; choose from {','.join(OPERATIONS)}")
+    database_ready()
+    bench = Bench(max(clients_list))
+    started = time.monotonic()
+    header = (
+        f"{'op':<13} {'clients':>7} {'ours p50/p95 ms':>16} {'ours ops/s':>10} "
+        f"{'floor p50/p95 ms':>17} {'floor ops/s':>11} {'ours/floor':>10} {'SQL ours/floor':>14}"
+    )
+    print(header)
+    worst: dict[str, float] = {}
+    for name in names:
+        service = SERVICES[name]
+        for cell, clients in enumerate(clients_list):
+            ours_shares = bench.shares(name, clients, args.instances, floor=False)
+            floor_shares = bench.shares(name, clients, args.instances, floor=True)
+            # Alternate which variant runs first, so drift on a noisy machine favours neither.
+            variants = [(run_ours, ours_shares), (run_floor, floor_shares)]
+            if cell % 2:
+                variants.reverse()
+            results = {run.__name__: timed(run, service, shares) for run, shares in variants}
+            states.quota_sync(floor_shares[0][0].state)
+            (ours, ours_wall), (floor, floor_wall) = results["run_ours"], results["run_floor"]
+            ratio = statistics.median(ours) / statistics.median(floor)
+            worst[name] = max(worst.get(name, 0.0), ratio)
+            print(
+                f"{OPERATIONS[name][0]:<13} {clients:>7} "
+                f"{statistics.median(ours):>7.1f} / {p95(ours):>6.1f} {len(ours) / ours_wall:>10.1f} "
+                f"{statistics.median(floor):>8.1f} / {p95(floor):>6.1f} {len(floor) / floor_wall:>11.1f} "
+                f"{ratio:>10.2f} {floor_shares[0][0].queries:>8} / {len(floor_shares[0][0].statements):>3}",
+                flush=True,
+            )
+    print()
+    for name, ratio in worst.items():
+        verdict = "met" if ratio <= TARGET else "MISSED"
+        print(f"{OPERATIONS[name][0]:<13} worst ours/floor {ratio:.2f}: target <= {TARGET:.0f}x {verdict}")
+    print(f"instances per cell and variant: {args.instances}; total {time.monotonic() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
