@@ -4,14 +4,17 @@ Views are thin: check the scope (401 before 403), validate the path, call one se
 render its answer in the envelope. Every bad input is a 400 naming its field.
 """
 
+from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from engine import openapi
 from engine.commands import Receipt, id_argument, rfc3339
 from engine.instances import instance_cancel, instance_pause, instance_resume, instance_start
 from engine.signals import signal_accept
 from engine.worker import task_claim, task_complete, task_heartbeat
 from history import exactjson
+from history.api import schema
 from history.errors import InvalidArgument
 from history.models import Scope
 from history.tenancy import is_name
@@ -38,6 +41,13 @@ class WorkflowStartView(APIView):
 
     permission_classes = [scope_required(Scope.WRITE)]
 
+    @extend_schema(
+        operation_id="start_workflow",
+        summary="Start an instance of a definition",
+        parameters=openapi.idempotency_key(status=201),
+        request=openapi.StartCommand,
+        responses=schema.responses(openapi.InstanceSummary, status=201, errors=openapi.START_ERRORS),
+    )
     def post(self, request):
         receipt = instance_start(
             identity=request.auth,
@@ -53,6 +63,13 @@ class WorkflowSignalView(APIView):
 
     permission_classes = [scope_required(Scope.WRITE)]
 
+    @extend_schema(
+        operation_id="signal_workflow",
+        summary="Accept a signal for a SIGNAL step (or a POLL step's final signal)",
+        parameters=[schema.WORKFLOW_ID, *openapi.idempotency_key(status=201)],
+        request=openapi.SignalCommand,
+        responses=schema.responses(openapi.SignalAccepted, status=201, errors=openapi.SIGNAL_ERRORS),
+    )
     def post(self, request, id):
         receipt = signal_accept(
             identity=request.auth,
@@ -69,6 +86,13 @@ def _control_view(service, doc: str):
         __doc__ = doc
         permission_classes = [scope_required(Scope.CONTROL)]
 
+        @extend_schema(
+            operation_id=f"{service.__name__.removeprefix('instance_')}_workflow",
+            summary=service.__doc__.splitlines()[0],
+            parameters=[schema.WORKFLOW_ID],
+            request=openapi.ControlCommand,
+            responses=schema.responses(openapi.InstanceSummary, errors=openapi.CONTROL_ERRORS),
+        )
         def post(self, request, id):
             answer = service(
                 identity=request.auth,
@@ -92,6 +116,13 @@ class QueueClaimView(APIView):
 
     permission_classes = [scope_required(Scope.TASKS_WORK)]
 
+    @extend_schema(
+        operation_id="claim_queue_task",
+        summary="Lease the highest-priority claimable task of a queue; claimed false when there is none",
+        parameters=[openapi.QUEUE],
+        request=openapi.ClaimCommand,
+        responses=schema.responses(openapi.Claim, errors=openapi.CLAIM_ERRORS),
+    )
     def post(self, request, queue):
         if not is_name(queue):
             raise InvalidArgument("queue: not a queue name", field="queue")
@@ -130,6 +161,13 @@ class TaskHeartbeatView(APIView):
 
     permission_classes = [scope_required(Scope.TASKS_WORK)]
 
+    @extend_schema(
+        operation_id="heartbeat_task",
+        summary="Extend the lease of a RUNNING attempt (never shortens it)",
+        parameters=[openapi.TASK_ID],
+        request=openapi.HeartbeatCommand,
+        responses=schema.responses(openapi.Heartbeat, errors=openapi.ATTEMPT_ERRORS),
+    )
     def post(self, request, task_id):
         attempt = task_heartbeat(identity=request.auth, task_id=id_argument(task_id, "id"), command=request.data)
         return Response(
@@ -146,6 +184,13 @@ class TaskCompleteView(APIView):
 
     permission_classes = [scope_required(Scope.TASKS_WORK)]
 
+    @extend_schema(
+        operation_id="complete_task",
+        summary="Finish a RUNNING attempt with SUCCEEDED or FAILED (retryable?)",
+        parameters=[openapi.TASK_ID],
+        request=openapi.CompleteCommand,
+        responses=schema.responses(openapi.Completion, errors=openapi.ATTEMPT_ERRORS),
+    )
     def post(self, request, task_id):
         task = task_complete(identity=request.auth, task_id=id_argument(task_id, "id"), command=request.data)
         return Response(

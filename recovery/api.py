@@ -3,19 +3,123 @@
 The view only reads the Idempotency-Key header and the JSON body and calls the operation's
 service; the receipt's stored text is answered verbatim, so a replay's ``data`` is
 byte-identical to the first answer (with a new request_id) and says ``Idempotent-Replayed``.
+``RecoverySchema`` describes each route as its own OpenAPI operation: its command and its errors.
 """
 
+import re
+from dataclasses import fields
+
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from engine import openapi
 from history import exactjson
+from history.api import schema
+from history.ids import ID_PATTERN
 from history.models import Scope
-from recovery.commands import idempotency_key_check
-from recovery.operations import SERVICES
+from recovery.commands import MAX_IDEMPOTENCY_KEY, idempotency_key_check
+from recovery.operations import OPERATIONS, SERVICES
 from weave_site.api.permissions import scope_required
 from weave_site.api.request_id import request_id_of
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+@extend_schema_field({"type": "boolean", "enum": [True]}, component_name="Declaration")
+class DeclarationField(serializers.BooleanField):
+    pass
+
+
+def _declaration(asserts: str) -> DeclarationField:
+    return DeclarationField(help_text=f"must be true: the operator asserts {asserts}")
+
+
+# The OpenAPI field of each command field (recovery.commands checks them); every field is required.
+_COMMAND_FIELDS = {
+    "expected_revision": lambda: schema.RevisionField(help_text="the instance's current revision (not control)"),
+    "reason": openapi.reason,
+    "evidence_ref": openapi.evidence_ref,
+    "task_id": lambda: schema.IdField(help_text="a task of this instance"),
+    "expected_task_revision": lambda: schema.RevisionField(help_text="the task's current revision"),
+    "step_key": schema.StepKeyField,
+    "activation_id": lambda: schema.IdField(help_text="the step's current activation"),
+    "expected_step_revision": lambda: schema.RevisionField(help_text="the step's current revision"),
+    "execution_settled": lambda: _declaration("every historical execution has ended and will have no effect"),
+    "safe_to_retry": lambda: _declaration("re-running with the same fixed input is safe"),
+    "pending_confirmed": lambda: _declaration("the PENDING answer of the last round is authoritative"),
+    "wait_verified": lambda: _declaration("the awaited event has not happened and the contract is still right"),
+    "review_resolved": lambda: _declaration("every matter of this review has been handled"),
+    "conclusion": openapi.ConclusionField,
+    "result": lambda: schema.ExactJSONField(
+        help_text="any JSON, stored byte-exact: ReviewTask never null, a FAILED conclusion never null, a SUCCEEDED "
+        "ResolveStep satisfies the step's result contract (TIMER: null)"
+    ),
+}
+COMMANDS = {
+    name: type(
+        operation.command_class.__name__,
+        (openapi.Command,),
+        {field.name: _COMMAND_FIELDS[field.name]() for field in fields(operation.command_class)},
+    )
+    for name, operation in OPERATIONS.items()
+}
+
+
+class RecoveryReceipt(serializers.Serializer):
+    """The receipt's data (SPEC §7); the optional members say what the operation touched."""
+
+    operation_id = schema.IdField(help_text="the operation_id of the workflow audit")
+    execution_operation_id = schema.IdField(required=False, help_text="ReviewTask: the execution audit's")
+    operation = serializers.CharField(help_text="the audit action, e.g. workflow.retry_step")
+    workflow_id = schema.IdField()
+    revision = schema.RevisionField()
+    control_revision = schema.RevisionField()
+    state = serializers.CharField()
+    paused = serializers.BooleanField()
+    step_key = serializers.CharField(required=False, help_text="every operation but Continue")
+    activation_id = schema.IdField(required=False, help_text="every operation but Continue")
+    activation_sequence = schema.u32(min_value=1, required=False, help_text="every operation but Continue")
+    task_id = schema.IdField(required=False, help_text="ReviewTask: the reviewed task; RetryStep: the new task")
+
+
+_ERRORS = {
+    400: "INVALID_ARGUMENT: a malformed id, Idempotency-Key or command (field named); FAILED_PRECONDITION: the "
+    "instance is not NEEDS_REVIEW, its inbox holds a PENDING or QUARANTINED record, or a rule of the operation",
+    **openapi.AUTH_ERRORS,
+    404: f"{openapi.WORKFLOW_NOT_FOUND}; or the referenced step, task or activation is not under this instance",
+    409: "ABORTED: a revision is stale or activation_id is not the step's current one; ALREADY_EXISTS: this "
+    "Idempotency-Key was used for another command",
+    429: "RESOURCE_EXHAUSTED: the application or queue quota has no room for the new task",
+    **openapi.UNAVAILABLE,
+}
+# Only RetryStep creates a task, so only it can meet a full quota.
+_QUOTA_TAKERS = {"retry-step"}
+INSTANCE_ID = schema.path_parameter("instance_id", "workflow instance id", ID_PATTERN)
+# idempotency_key_check: printable ASCII, space included.
+_IDEMPOTENCY_KEY = re.compile(f"[ -~]{{1,{MAX_IDEMPOTENCY_KEY}}}")
+
+
+class RecoverySchema(AutoSchema):
+    """Each route's own operation: its command, the receipt and the errors it can answer."""
+
+    def get_operation_id(self) -> str:
+        return f"recovery_{self.view.operation.replace('-', '_')}"
+
+    def get_summary(self) -> str:
+        return f"{OPERATIONS[self.view.operation].command_class.__name__.removesuffix('Command')} (workflows:recover)"
+
+    def get_override_parameters(self) -> list:
+        return [INSTANCE_ID, *schema.idempotency_key(_IDEMPOTENCY_KEY, status=200)]
+
+    def get_request_serializer(self) -> type[serializers.Serializer]:
+        return COMMANDS[self.view.operation]
+
+    def get_response_serializers(self) -> dict:
+        errors = {code: text for code, text in _ERRORS.items() if code != 429 or self.view.operation in _QUOTA_TAKERS}
+        return schema.responses(RecoveryReceipt, errors=errors)
 
 
 class RecoveryView(APIView):
@@ -23,6 +127,7 @@ class RecoveryView(APIView):
 
     permission_classes = [scope_required(Scope.RECOVER)]
     operation = ""
+    schema = RecoverySchema()
 
     def post(self, request, instance_id: str):
         key = idempotency_key_check(request.headers.get(IDEMPOTENCY_HEADER), field=IDEMPOTENCY_HEADER)

@@ -2,15 +2,20 @@
 
 These serializers only document; ``history.api.presenters`` writes the bodies. A field
 declared ``required=False`` is absent when it has no value (never null); the contract tests
-validate real responses against this schema, so the two cannot drift apart.
+validate real responses against this schema, so the two cannot drift apart. The engine and
+recovery describe their POST endpoints with the same envelope, fields and helpers.
 """
+
+import functools
+import re
+from collections.abc import Iterable, Mapping
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_field
 from rest_framework import serializers
 
 from history.api.params import DEFAULT_LIMIT, MAX_LIMIT
-from history.ids import ID_PATTERN, REVISION_PATTERN, STEP_KEY_PATTERN
+from history.ids import ID_PATTERN, MAX_UINT32, REVISION_PATTERN, STEP_KEY_PATTERN
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):
@@ -36,6 +41,13 @@ class RevisionField(serializers.CharField):
     pass
 
 
+@extend_schema_field(
+    {"type": "string", "pattern": f"^{STEP_KEY_PATTERN.pattern}$", "description": "step key; $root is refused"}
+)
+class StepKeyField(serializers.CharField):
+    pass
+
+
 @extend_schema_field({"type": "string", "format": "date-time", "description": "UTC, RFC 3339 with Z"})
 class TimeField(serializers.CharField):
     pass
@@ -51,8 +63,8 @@ class SnapshotField(serializers.JSONField):
     pass
 
 
-def _u32(**kwargs) -> serializers.IntegerField:
-    return serializers.IntegerField(min_value=0, max_value=2**32 - 1, **kwargs)
+def u32(*, min_value: int = 0, **kwargs) -> serializers.IntegerField:
+    return serializers.IntegerField(min_value=min_value, max_value=MAX_UINT32, **kwargs)
 
 
 class ErrorBody(serializers.Serializer):
@@ -66,40 +78,78 @@ class ErrorEnvelope(serializers.Serializer):
     error = ErrorBody()
 
 
+@functools.cache
 def envelope(data: type[serializers.Serializer]) -> type[serializers.Serializer]:
-    """``{request_id, data}`` around a body, named after it."""
+    """``{request_id, data}`` around a body, named after it (one class per body: one component)."""
     return type(f"{data.__name__}Envelope", (serializers.Serializer,), {"request_id": IdField(), "data": data()})
 
+
+UNAUTHENTICATED = "UNAUTHENTICATED: missing, invalid, revoked or expired bearer token"
+PERMISSION_DENIED = "PERMISSION_DENIED: the credential lacks the endpoint's scope"
+UNAVAILABLE = "UNAVAILABLE: a broken relation between the rows read (corruption) or the database is unavailable"
 
 _ERROR_MEANING = {
     400: "INVALID_ARGUMENT: a malformed id, step key, query parameter or cursor (field named), or rounds of a "
     "non-POLL activation",
-    401: "UNAUTHENTICATED: missing, invalid, revoked or expired bearer token",
-    403: "PERMISSION_DENIED: the credential lacks the endpoint's scope",
+    401: UNAUTHENTICATED,
+    403: PERMISSION_DENIED,
     404: "NOT_FOUND: the workflow is not in the caller's namespace, a queue of its definition is not accessible, "
     "or the child is not under this parent",
-    503: "UNAVAILABLE: a broken relation between the rows read (corruption) or the database is unavailable",
+    503: UNAVAILABLE,
 }
 
 
-def responses(body: type[serializers.Serializer], *, errors: tuple[int, ...] = tuple(_ERROR_MEANING)) -> dict:
-    return {200: envelope(body)} | {
-        status: OpenApiResponse(ErrorEnvelope, description=_ERROR_MEANING[status]) for status in errors
+def responses(
+    body: type[serializers.Serializer],
+    *,
+    status: int = 200,
+    errors: Iterable[int] | Mapping[int, str] = tuple(_ERROR_MEANING),
+) -> dict:
+    """The envelope around ``body`` for ``status``, and the error envelope for each error status.
+
+    ``errors`` lists read statuses (described as above) or maps each status to what it means there.
+    """
+    meanings = errors if isinstance(errors, Mapping) else {code: _ERROR_MEANING[code] for code in errors}
+    return {status: envelope(body)} | {
+        code: OpenApiResponse(ErrorEnvelope, description=meaning) for code, meaning in meanings.items()
     }
 
 
-def _path(name: str, description: str, pattern: str) -> OpenApiParameter:
+def path_parameter(name: str, description: str, pattern: re.Pattern) -> OpenApiParameter:
     return OpenApiParameter(
-        name, str, OpenApiParameter.PATH, description=description, pattern=f"^{pattern}$", required=True
+        name, str, OpenApiParameter.PATH, description=description, pattern=f"^{pattern.pattern}$", required=True
     )
 
 
-WORKFLOW_ID = _path("id", "workflow instance id", ID_PATTERN.pattern)
-STEP_KEY = _path("key", "step key of the fixed definition ($root refused)", STEP_KEY_PATTERN.pattern)
-ACTIVATION_ID = _path("activation", "activation id", ID_PATTERN.pattern)
-SIGNAL_ID = _path("signal", "signal id", ID_PATTERN.pattern)
-OPERATION_ID = _path("operation", "the SignalOperation row's own id (not its operation_id)", ID_PATTERN.pattern)
-TASK_ID = _path("task", "task id", ID_PATTERN.pattern)
+def idempotency_key(pattern: re.Pattern, *, status: int) -> list[OpenApiParameter]:
+    """The Idempotency-Key request header and the Idempotent-Replayed header of a replayed ``status`` answer."""
+    return [
+        OpenApiParameter(
+            "Idempotency-Key",
+            str,
+            OpenApiParameter.HEADER,
+            required=True,
+            pattern=f"^{pattern.pattern}$",
+            description="one key per command in the namespace: the same key and command replay the first answer, "
+            "the same key with another command is 409 ALREADY_EXISTS",
+        ),
+        OpenApiParameter(
+            "Idempotent-Replayed",
+            str,
+            OpenApiParameter.HEADER,
+            enum=["true"],
+            response=[status],
+            description="present on a replay: the data is byte-identical to the first answer",
+        ),
+    ]
+
+
+WORKFLOW_ID = path_parameter("id", "workflow instance id", ID_PATTERN)
+STEP_KEY = path_parameter("key", "step key of the fixed definition ($root refused)", STEP_KEY_PATTERN)
+ACTIVATION_ID = path_parameter("activation", "activation id", ID_PATTERN)
+SIGNAL_ID = path_parameter("signal", "signal id", ID_PATTERN)
+OPERATION_ID = path_parameter("operation", "the SignalOperation row's own id (not its operation_id)", ID_PATTERN)
+TASK_ID = path_parameter("task", "task id", ID_PATTERN)
 PAGE_PARAMETERS = [
     OpenApiParameter(
         "limit",
@@ -115,14 +165,14 @@ class TaskSummary(serializers.Serializer):
     id = IdField()
     state = serializers.CharField()
     revision = RevisionField()
-    attempt_count = _u32()
-    max_attempts = _u32()
+    attempt_count = u32()
+    max_attempts = u32()
 
 
 class ActivationItem(serializers.Serializer):
     id = IdField()
     step_id = IdField()
-    sequence = _u32()
+    sequence = u32()
     state = serializers.CharField()
     revision = RevisionField()
     task_id = IdField(required=False, help_text="TASK activations only")
@@ -156,12 +206,12 @@ class ActivationPage(serializers.Serializer):
 
 
 class PollSection(serializers.Serializer):
-    first_round = _u32()
-    first_round_attempts_used = _u32()
-    used_rounds = _u32()
-    max_rounds = _u32()
-    attempts_per_round = _u32()
-    interval_seconds = _u32()
+    first_round = u32()
+    first_round_attempts_used = u32()
+    used_rounds = u32()
+    max_rounds = u32()
+    attempts_per_round = u32()
+    interval_seconds = u32()
     poll_deadline_at = TimeField()
     round_deadline_at = TimeField()
     last_task_id = IdField(required=False)
@@ -172,7 +222,7 @@ class PollSection(serializers.Serializer):
 class WaitSection(serializers.Serializer):
     id = IdField()
     kind = serializers.CharField()
-    generation = _u32()
+    generation = u32()
     state = serializers.CharField()
     deadline_at = TimeField()
     fire_at = TimeField(required=False)
@@ -193,7 +243,7 @@ class ActivationDetail(serializers.Serializer):
 class PollRoundItem(serializers.Serializer):
     id = IdField()
     activation_id = IdField()
-    round = _u32()
+    round = u32()
     task_id = IdField()
     created_at = TimeField()
 
@@ -213,7 +263,7 @@ class SignalItem(serializers.Serializer):
     name = serializers.CharField()
     payload_version = serializers.CharField(allow_blank=True, help_text='"" on legacy rows')
     target_step_key = serializers.CharField()
-    target_activation_sequence = _u32(help_text="0 on legacy rows")
+    target_activation_sequence = u32(help_text="0 on legacy rows")
     state = serializers.CharField()
     accepted_at = TimeField()
     expires_at = TimeField()
@@ -282,7 +332,7 @@ class WorkflowOperationPage(serializers.Serializer):
 
 class DefinitionRef(serializers.Serializer):
     name = serializers.CharField()
-    version = _u32()
+    version = u32()
 
 
 class InstanceDetail(serializers.Serializer):
@@ -305,7 +355,7 @@ class InstanceDetail(serializers.Serializer):
 
 class AttemptItem(serializers.Serializer):
     id = IdField()
-    number = _u32()
+    number = u32()
     worker = serializers.CharField()
     state = serializers.CharField()
     started_at = TimeField()
@@ -318,15 +368,15 @@ class TaskBody(serializers.Serializer):
     id = IdField()
     step_key = serializers.CharField()
     activation_id = IdField()
-    activation_sequence = _u32()
-    round = _u32(required=False, help_text="POLL query tasks: the business round")
+    activation_sequence = u32()
+    round = u32(required=False, help_text="POLL query tasks: the business round")
     queue = serializers.CharField()
     handler = serializers.CharField()
     priority = serializers.IntegerField()
     state = serializers.CharField()
     revision = RevisionField()
-    attempt_count = _u32()
-    max_attempts = _u32()
+    attempt_count = u32()
+    max_attempts = u32()
     deadline_at = TimeField(required=False)
     latest_start_at = TimeField(required=False)
     input = ExactJSONField()

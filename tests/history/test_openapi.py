@@ -9,10 +9,24 @@ import httpx
 import jsonschema
 import pytest
 
-from history.models import ActivationState, AttemptState, Disposition, SignalState, Step, Wait, WorkflowInstance
+from history import exactjson
+from history.models import (
+    ActivationState,
+    AttemptState,
+    Disposition,
+    Scope,
+    SignalState,
+    Step,
+    Wait,
+    WorkflowInstance,
+)
+from recovery.operations import SERVICES
 from tests.conftest import bearer
+from tests.engine.conftest import Engine
 from tests.factories import AttemptFactory, SignalFactory, activate, step_of
 from tests.history.conftest import ENDPOINTS
+from tests.recovery import requests as rq
+from tests.recovery import states
 
 T0 = dt.datetime(2026, 9, 18, 8, 0, 0, tzinfo=dt.UTC)
 OPERATIONS = {
@@ -143,3 +157,185 @@ def test_the_swagger_ui_assets_come_from_this_server(live_server):
     assert any(a.endswith("swagger-ui-bundle.js") for a in assets)
     for asset in assets:
         assert httpx.get(f"{live_server.url}{asset}").status_code == 200, asset
+
+
+# ---- the POST endpoints -----------------------------------------------------------------------
+
+ENGINE_POSTS = {
+    "start_workflow": (201, {400, 401, 403, 404, 409, 503}),
+    "signal_workflow": (201, {400, 401, 403, 404, 409, 503}),
+    "pause_workflow": (200, {400, 401, 403, 404, 409, 503}),
+    "resume_workflow": (200, {400, 401, 403, 404, 409, 503}),
+    "cancel_workflow": (200, {400, 401, 403, 404, 409, 503}),
+    "claim_queue_task": (200, {400, 401, 403, 404, 503}),
+    "heartbeat_task": (200, {400, 401, 403, 404, 503}),
+    "complete_task": (200, {400, 401, 403, 404, 503}),
+}
+RECOVERY_ERRORS = {400, 401, 403, 404, 409, 503}
+RECOVERY_POSTS = {
+    f"recovery_{name.replace('-', '_')}": (200, RECOVERY_ERRORS | ({429} if name == "retry-step" else set()))
+    for name in SERVICES
+}
+IDEMPOTENT = {"start_workflow", "signal_workflow", *RECOVERY_POSTS}
+
+
+def test_every_post_operation_documents_its_command_answer_and_only_the_errors_it_can_answer(openapi):
+    components = openapi["components"]["schemas"]
+    for operation_id, (success, errors) in (ENGINE_POSTS | RECOVERY_POSTS).items():
+        path, method, operation = _operation(openapi, operation_id)
+        assert method == "post" and {"bearerAuth": []} in operation["security"]
+        assert set(operation["responses"]) == {str(status) for status in {success, *errors}}, operation_id
+        ok = _strict(operation["responses"][str(success)]["content"]["application/json"]["schema"], components)
+        assert set(ok["required"]) == {"request_id", "data"}
+        for status in errors:
+            error = operation["responses"][str(status)]["content"]["application/json"]["schema"]
+            assert error == {"$ref": "#/components/schemas/ErrorEnvelope"}, (operation_id, status)
+        body = operation["requestBody"]
+        assert (
+            body["required"]
+            and _strict(body["content"]["application/json"]["schema"], components)["additionalProperties"] is False
+        )
+        parameters = {p["name"]: p for p in operation.get("parameters", [])}
+        for name in re.findall(r"{(\w+)}", path):
+            assert parameters[name]["in"] == "path" and parameters[name]["schema"]["pattern"].startswith("^")
+        key = parameters.get("Idempotency-Key")
+        assert (key is not None and key["in"] == "header" and key["required"]) == (operation_id in IDEMPOTENT)
+    # SPEC §7: the receipt's data, with the members only some operations touch.
+    always = {"operation_id", "operation", "workflow_id", "revision", "control_revision", "state", "paused"}
+    sometimes = {"execution_operation_id", "step_key", "activation_id", "activation_sequence", "task_id"}
+    receipt = components["RecoveryReceipt"]
+    assert set(receipt["required"]) == always and set(receipt["properties"]) == always | sometimes
+
+
+class Described:
+    """Posts real commands and checks each command and answer against the served description, exactly."""
+
+    def __init__(self, api, openapi, token):
+        self.api, self.openapi, self.token = api, openapi, token
+        self.components = openapi["components"]["schemas"]
+
+    def post(self, operation_id, path, body, status, *, key=None, token=None):
+        """Post ``body`` expecting ``status``; ``token`` replaces the default one, "" sends none."""
+        _, _, operation = _operation(self.openapi, operation_id)
+        text = exactjson.dumps(body)
+        if status < 300:
+            # A command the server accepts is one the description accepts.
+            jsonschema.validate(json.loads(text), self._schema(operation["requestBody"]))
+        headers = bearer(self.token if token is None else token) if token != "" else {}
+        if key is not None:
+            headers["HTTP_IDEMPOTENCY_KEY"] = key
+        response = self.api.post(path, data=text, content_type="application/json", **headers)
+        assert response.status_code == status, (operation_id, response.content)
+        described = operation["responses"][str(status)]
+        jsonschema.validate(json.loads(response.content), self._schema(described))
+        if "Idempotent-Replayed" in response:
+            assert "Idempotent-Replayed" in described["headers"], operation_id
+        return json.loads(response.content)
+
+    def _schema(self, described):
+        return _strict(copy.deepcopy(described["content"]["application/json"]["schema"]), self.components)
+
+
+POLL = {
+    "key": "settle",
+    "kind": "POLL",
+    "handler": "demo.poll_pending",
+    "queue": "payments",
+    "max_rounds": 3,
+    "attempts_per_round": 2,
+    "interval_seconds": 60,
+    "poll_deadline_seconds": 3600,
+    "mapping": {"field": "status", "values": {"done": "SUCCEEDED", "pending": "PENDING"}},
+}
+SIGNAL = {"key": "approve", "kind": "SIGNAL", "name": "approved", "payload_version": "1", "deadline_seconds": 600}
+
+
+def test_every_real_engine_answer_and_error_matches_its_documented_schema_exactly(tenancy, issue_token, api, openapi):
+    engine = Engine(*tenancy)
+    definition = engine.define([POLL, SIGNAL], deadline_seconds=86400)
+    posts = Described(api, openapi, issue_token(scopes=[Scope.WRITE, Scope.CONTROL, Scope.TASKS_WORK]).token)
+    start = {
+        "definition": definition.name,
+        "version": definition.version,
+        "input": {"amount": 1.10},
+        "business_key": "order-1",
+        "deadline_seconds": 3600,
+    }
+    started = posts.post("start_workflow", "/v1/workflows", start, 201, key="start-1")["data"]
+    posts.post("start_workflow", "/v1/workflows", start, 201, key="start-1")
+    posts.post("start_workflow", "/v1/workflows", start | {"business_key": "order-2"}, 409, key="start-1")
+    posts.post("start_workflow", "/v1/workflows", start, 400)
+    posts.post("start_workflow", "/v1/workflows", {"definition": "ghost", "input": {}}, 404, key="start-2")
+    posts.post("start_workflow", "/v1/workflows", start, 401, key="start-3", token="")
+    posts.post("start_workflow", "/v1/workflows", start, 403, key="start-3", token=issue_token().token)
+
+    w, ghost = f"/v1/workflows/{started['id']}", f"/v1/workflows/{'e' * 32}"
+    signal = {
+        "name": "approved",
+        "payload_version": "1",
+        "payload": {"ok": True},
+        "correlation_key": "",
+        "target_step_key": "approve",
+        "target_activation_sequence": 1,
+        "reason": "approved by the desk",
+        "evidence_ref": "ticket:OPS-1",
+    }
+    posts.post("signal_workflow", f"{w}/signals", signal, 201, key="signal-1")
+    posts.post("signal_workflow", f"{w}/signals", signal | {"payload": {}}, 409, key="signal-1")
+    posts.post("signal_workflow", f"{ghost}/signals", signal, 404, key="signal-2")
+    posts.post("signal_workflow", f"{w}/signals", signal | {"target_step_key": "settle"}, 400, key="signal-3")
+
+    engine.settle()
+    claim = posts.post("claim_queue_task", "/v1/queues/payments/claim", {"worker": "w-1", "lease_seconds": 30}, 200)
+    assert {"round", "deadline_at"} <= set(claim["data"]["task"])
+    posts.post("claim_queue_task", "/v1/queues/payments/claim", {"worker": "w-1"}, 200)
+    posts.post("claim_queue_task", "/v1/queues/ghost/claim", {"worker": "w-1"}, 404)
+    posts.post("claim_queue_task", "/v1/queues/payments/claim", {"worker": ""}, 400)
+    task = f"/v1/tasks/{claim['data']['task']['id']}"
+    attempt = {"attempt_id": claim["data"]["attempt"]["id"]}
+    posts.post("heartbeat_task", f"{task}/heartbeat", attempt | {"lease_seconds": 60}, 200)
+    posts.post("heartbeat_task", f"/v1/tasks/{'e' * 32}/heartbeat", attempt, 404)
+    done = attempt | {"outcome": "SUCCEEDED", "result": {"status": "done"}}
+    posts.post("complete_task", f"{task}/complete", done, 200)
+    posts.post("complete_task", f"{task}/complete", done, 400)
+    posts.post("heartbeat_task", f"{task}/heartbeat", attempt, 400)
+
+    control = WorkflowInstance.objects.get(pk=started["id"]).control_revision
+    paused = posts.post("pause_workflow", f"{w}/pause", {"expected_control_revision": str(control)}, 200)["data"]
+    revision = {"expected_control_revision": paused["control_revision"]}
+    posts.post("pause_workflow", f"{w}/pause", revision, 400)
+    posts.post("resume_workflow", f"{w}/resume", {"expected_control_revision": str(control)}, 409)
+    resumed = posts.post("resume_workflow", f"{w}/resume", revision | {"reason": "desk open"}, 200)["data"]
+    cancel = {"expected_control_revision": resumed["control_revision"], "reason": "order withdrawn"}
+    posts.post("cancel_workflow", f"{ghost}/cancel", cancel, 404)
+    assert posts.post("cancel_workflow", f"{w}/cancel", cancel, 200)["data"]["stop_kind"] == "CANCEL"
+
+
+@pytest.mark.parametrize("case", rq.cases(), ids=lambda case: case[0])
+def test_every_real_recovery_receipt_and_error_matches_its_documented_schema_exactly(
+    case, tenancy, issue_token, api, openapi
+):
+    _, service, build, make = case
+    operation = next(name for name, known in SERVICES.items() if known is service)
+    operation_id = f"recovery_{operation.replace('-', '_')}"
+    posts = Described(api, openapi, issue_token(scopes=[Scope.RECOVER]).token)
+    state = make(tenancy)
+    command = build(state)
+    path = f"/v1/workflows/{state.instance.id}/recovery/{operation}"
+    receipt = posts.post(operation_id, path, command, 200, key="key-1")["data"]
+    assert receipt["workflow_id"] == state.instance.id
+    posts.post(operation_id, path, command, 200, key="key-1")
+    posts.post(operation_id, path, command | {"reason": "another"}, 409, key="key-1")
+    posts.post(operation_id, path, command, 400)
+    posts.post(operation_id, f"/v1/workflows/{'e' * 32}/recovery/{operation}", command, 404, key="key-2")
+    posts.post(operation_id, path, command, 403, key="key-3", token=issue_token(scopes=[Scope.CONTROL]).token)
+
+
+def test_a_full_quota_answers_the_documented_resource_exhausted(tenancy, issue_token, api, openapi):
+    state = states.task_failed_state(tenancy)
+    state.queue.max_active_tasks = state.queue.active_tasks
+    state.queue.save()
+    posts = Described(api, openapi, issue_token(scopes=[Scope.RECOVER]).token)
+    path = f"/v1/workflows/{state.instance.id}/recovery/retry-step"
+    error = posts.post("recovery_retry_step", path, rq.retry(state), 429, key="key-1")["error"]
+    assert error["code"] == "RESOURCE_EXHAUSTED"

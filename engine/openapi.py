@@ -1,0 +1,243 @@
+"""OpenAPI description of the engine's POST endpoints: each command, its answer and its errors.
+
+These serializers only document (``engine.api`` renders the answers); the contract tests post
+real commands and validate every answer against the served schema with no undocumented key.
+"""
+
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from engine.commands import IDEMPOTENCY_KEY
+from engine.definitions import MAX_SECONDS
+from engine.worker import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
+from history.api import schema
+from history.ids import ID_PATTERN
+from history.tenancy import NAME_PATTERN
+
+MAX_REASON = 1024
+MAX_EVIDENCE_REF = 512
+
+
+@extend_schema_field({"type": "string", "pattern": f"^{NAME_PATTERN.pattern}$"})
+class NameField(serializers.CharField):
+    pass
+
+
+@extend_schema_field({"type": "string", "enum": ["SUCCEEDED", "FAILED"]}, component_name="Conclusion")
+class ConclusionField(serializers.CharField):
+    pass
+
+
+def reason(**kwargs) -> serializers.CharField:
+    return serializers.CharField(
+        min_length=1,
+        max_length=MAX_REASON,
+        help_text=f"1-{MAX_REASON} characters, not all whitespace, no NUL",
+        **kwargs,
+    )
+
+
+def evidence_ref(**kwargs) -> serializers.CharField:
+    return serializers.CharField(
+        min_length=1,
+        max_length=MAX_EVIDENCE_REF,
+        help_text=f"1-{MAX_EVIDENCE_REF} characters without whitespace or control characters; never dereferenced",
+        **kwargs,
+    )
+
+
+def lease_seconds() -> serializers.IntegerField:
+    return serializers.IntegerField(
+        min_value=1, max_value=MAX_LEASE_SECONDS, required=False, help_text=f"default {DEFAULT_LEASE_SECONDS}"
+    )
+
+
+# ---- commands ------------------------------------------------------------------------------
+
+
+class Command(serializers.Serializer):
+    """A command body: a JSON object whose unknown keys are refused (400 naming the key)."""
+
+
+class ClosedCommand(OpenApiSerializerExtension):
+    target_class = Command
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema, direction):
+        return auto_schema._map_serializer(self.target, direction, bypass_extensions=True) | {
+            "additionalProperties": False
+        }
+
+
+class StartCommand(Command):
+    definition = NameField(help_text="a definition name of the caller's namespace")
+    version = schema.u32(min_value=1, required=False, help_text="default: the latest version")
+    input = schema.ExactJSONField(help_text="any JSON, stored byte-exact")
+    business_key = serializers.CharField(required=False, allow_blank=True, max_length=256)
+    deadline_seconds = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_SECONDS,
+        required=False,
+        allow_null=True,
+        help_text="default: the definition's deadline; null: no deadline",
+    )
+
+
+class SignalCommand(Command):
+    name = serializers.CharField(min_length=1, max_length=128)
+    payload_version = serializers.CharField(min_length=1, max_length=64)
+    payload = schema.ExactJSONField(help_text="any JSON, stored byte-exact")
+    correlation_key = serializers.CharField(allow_blank=True, max_length=256)
+    target_step_key = schema.StepKeyField(
+        required=False,
+        help_text="a SIGNAL step (or POLL step with a final signal) of the definition; required unless exactly "
+        "one such step awaits this name",
+    )
+    target_activation_sequence = schema.u32(min_value=1, required=False)
+    reason = reason()
+    evidence_ref = evidence_ref(required=False)
+
+
+class ControlCommand(Command):
+    expected_control_revision = schema.RevisionField(help_text="the instance's current control_revision")
+    reason = reason(required=False)
+
+
+class ClaimCommand(Command):
+    worker = serializers.CharField(min_length=1, max_length=128, help_text="printable characters naming the worker")
+    lease_seconds = lease_seconds()
+
+
+class HeartbeatCommand(Command):
+    attempt_id = schema.IdField(help_text="the RUNNING attempt the claim answered")
+    lease_seconds = lease_seconds()
+
+
+class CompleteCommand(Command):
+    attempt_id = schema.IdField(help_text="the RUNNING attempt the claim answered")
+    outcome = ConclusionField()
+    result = schema.ExactJSONField(help_text="any JSON, stored byte-exact; not null with FAILED")
+    retryable = serializers.BooleanField(required=False, help_text="default false; true only with FAILED")
+
+
+# ---- answers -------------------------------------------------------------------------------
+
+
+class InstanceSummary(serializers.Serializer):
+    id = schema.IdField()
+    workflow_id = schema.IdField(help_text="the same as id")
+    definition = schema.DefinitionRef()
+    state = serializers.CharField()
+    paused = serializers.BooleanField()
+    revision = schema.RevisionField()
+    control_revision = schema.RevisionField()
+    business_key = serializers.CharField(allow_blank=True)
+    created_at = schema.TimeField()
+    stop_kind = serializers.CharField(required=False)
+    deadline_at = schema.TimeField(required=False)
+
+
+class SignalAccepted(serializers.Serializer):
+    workflow_id = schema.IdField()
+    signal_id = schema.IdField()
+    operation_id = schema.IdField(help_text="the operation_id of the workflow.signal audit")
+    state = serializers.CharField()
+    revision = schema.RevisionField(help_text="the instance revision after the acceptance")
+    accepted_at = schema.TimeField()
+    expires_at = schema.TimeField()
+
+
+class ClaimedTask(serializers.Serializer):
+    id = schema.IdField()
+    handler = serializers.CharField()
+    priority = serializers.IntegerField()
+    input = schema.ExactJSONField()
+    business_key = serializers.CharField(allow_blank=True)
+    concurrency_key = serializers.CharField(allow_blank=True)
+    revision = schema.RevisionField()
+    attempt_count = schema.u32()
+    max_attempts = schema.u32()
+    round = schema.u32(required=False, help_text="POLL query tasks: the business round")
+    deadline_at = schema.TimeField(required=False)
+
+
+class ClaimedAttempt(serializers.Serializer):
+    id = schema.IdField()
+    number = schema.u32()
+    lease_expires_at = schema.TimeField()
+
+
+class Claim(serializers.Serializer):
+    claimed = serializers.BooleanField()
+    task = ClaimedTask(required=False, help_text="only when claimed")
+    attempt = ClaimedAttempt(required=False, help_text="only when claimed")
+
+
+class Heartbeat(serializers.Serializer):
+    task_id = schema.IdField()
+    attempt_id = schema.IdField()
+    lease_expires_at = schema.TimeField()
+
+
+class Completion(serializers.Serializer):
+    task_id = schema.IdField()
+    state = serializers.CharField(help_text="QUEUED again after a retryable failure with attempts left")
+    revision = schema.RevisionField()
+    attempt_count = schema.u32()
+    max_attempts = schema.u32()
+
+
+# ---- parameters and errors ------------------------------------------------------------------
+
+TASK_ID = schema.path_parameter("task_id", "task id", ID_PATTERN)
+QUEUE = schema.path_parameter("queue", "queue name", NAME_PATTERN)
+
+
+def idempotency_key(*, status: int) -> list:
+    return schema.idempotency_key(IDEMPOTENCY_KEY, status=status)
+
+
+AUTH_ERRORS = {401: schema.UNAUTHENTICATED, 403: schema.PERMISSION_DENIED}
+UNAVAILABLE = {503: schema.UNAVAILABLE}
+WORKFLOW_NOT_FOUND = (
+    "NOT_FOUND: the workflow is not in the caller's namespace or a queue of its definition is not accessible"
+)
+_KEY_REUSED = "ALREADY_EXISTS: this Idempotency-Key was used for another command"
+
+START_ERRORS = {
+    400: "INVALID_ARGUMENT: a malformed command or Idempotency-Key (field named)",
+    **AUTH_ERRORS,
+    404: "NOT_FOUND: no such definition (version) in the namespace, or a queue of it is not accessible",
+    409: _KEY_REUSED,
+    **UNAVAILABLE,
+}
+SIGNAL_ERRORS = {
+    400: "INVALID_ARGUMENT: a malformed id, command or Idempotency-Key, or a target that is not a signal step of "
+    "the definition (field named); FAILED_PRECONDITION: the instance is finished",
+    **AUTH_ERRORS,
+    404: WORKFLOW_NOT_FOUND,
+    409: _KEY_REUSED,
+    **UNAVAILABLE,
+}
+CONTROL_ERRORS = {
+    400: "INVALID_ARGUMENT: a malformed id or command (field named); FAILED_PRECONDITION: the instance is finished "
+    "or already in the asked state",
+    **AUTH_ERRORS,
+    404: WORKFLOW_NOT_FOUND,
+    409: "ABORTED: expected_control_revision is not the current control_revision",
+    **UNAVAILABLE,
+}
+CLAIM_ERRORS = {
+    400: "INVALID_ARGUMENT: a malformed queue name or command (field named)",
+    **AUTH_ERRORS,
+    404: "NOT_FOUND: no such queue in the namespace, or it is not accessible",
+    **UNAVAILABLE,
+}
+ATTEMPT_ERRORS = {
+    400: "INVALID_ARGUMENT: a malformed id or command (field named); FAILED_PRECONDITION: the attempt is no longer "
+    "RUNNING (its lease is lost)",
+    **AUTH_ERRORS,
+    404: "NOT_FOUND: no such task in the namespace behind an accessible queue, or no such attempt of it",
+    **UNAVAILABLE,
+}
