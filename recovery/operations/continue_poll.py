@@ -92,7 +92,7 @@ class ContinuePoll(Operation):
             raise FailedPrecondition(f"ContinuePoll applies to POLL steps; {step.key!r} is {step.kind}")
         if current.state != ActivationState.NEEDS_REVIEW:
             raise FailedPrecondition(f"activation {current.sequence} is {current.state}, not NEEDS_REVIEW")
-        problem = history.unsettled()
+        problem = history.unsettled
         if problem:
             raise FailedPrecondition(problem)
         if current.last_round_classification != "PENDING" or current.last_task_id is None:

@@ -67,7 +67,7 @@ def wait_snapshot(wait: Wait) -> dict:
 def wait_rearmable(ctx: Context, history: StepHistory) -> Wait:
     """The current activation's wait, in review and before its original deadline."""
     current = history.current
-    wait = history.waits.get(current.wait_id)
+    wait = history.wait
     if wait is None:
         raise Unavailable(f"activation {current.id} of a {history.step.kind} step has no wait")
     if wait.state != WaitState.NEEDS_REVIEW:

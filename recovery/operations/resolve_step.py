@@ -60,7 +60,7 @@ def step_reviewable(history: StepHistory) -> None:
             f"activation {current.sequence} of step {history.step.key!r} is {current.state}, "
             "not NEEDS_REVIEW, FAILED or CANCELLED"
         )
-    problem = history.unsettled()
+    problem = history.unsettled
     if problem:
         raise FailedPrecondition(problem)
 
@@ -70,7 +70,7 @@ def _success_checks(ctx: Context, history: StepHistory, command: ResolveStepComm
     if history.step.kind == StepKind.TIMER:
         if not result.is_null:
             raise InvalidArgument("a TIMER step succeeds with an explicit null result", field="result")
-        wait = history.waits.get(history.current.wait_id)
+        wait = history.wait
         if wait is None or wait.fire_at is None or wait.fire_at > ctx.now:
             raise FailedPrecondition("the timer's original duration has not elapsed yet")
         return

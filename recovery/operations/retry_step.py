@@ -11,12 +11,17 @@ charged to the original task's application and queue, and waits behind the close
 
 from dataclasses import dataclass
 
+from django.db.models import BooleanField, Case, Count, Exists, F, Max, OuterRef, Q, QuerySet, Subquery, When
+from django.db.models.functions import Coalesce
+
 from history.errors import FailedPrecondition, Unavailable
 from history.identity import Identity
 from history.ids import new_id
+from history.locking import Level
 from history.models import (
     Activation,
     ActivationState,
+    Attempt,
     PollRound,
     Step,
     StepKind,
@@ -27,6 +32,7 @@ from history.models import (
 )
 from recovery.commands import RetryStepCommand
 from recovery.common import (
+    RETRYABLE_TASK_STATES,
     Context,
     Effect,
     Operation,
@@ -35,6 +41,7 @@ from recovery.common import (
     activation_snapshot,
     bump,
     change,
+    exact,
     operation_execute,
     quota_adjust,
     quota_take,
@@ -47,8 +54,6 @@ from recovery.common import (
 from recovery.operations.rearm_wait import RearmPlan, wait_generation_next, wait_rearmable
 from recovery.operations.resolve_step import step_reviewable
 from recovery.receipts import Receipt
-
-RETRYABLE_TASK_STATES = (TaskState.FAILED, TaskState.CANCELLED)
 
 
 @dataclass
@@ -89,50 +94,117 @@ def _old_activation_state(activation: Activation) -> str:
     return ActivationState.SUPERSEDED
 
 
-def _chain_checks(history: StepHistory, chain: list[Task], budget: int) -> None:
-    """The retry_of chain, attempt rows and fixed task fields agree (else corruption)."""
-    first = chain[0]
-    spent = 0
-    for index, task in enumerate(chain):
-        if len(history.attempts.get(task.id, ())) != task.attempt_count:
-            raise Unavailable(f"task {task.id} counts {task.attempt_count} attempts but has other attempt rows")
-        if index and task.retry_of_id != chain[index - 1].id:
-            raise Unavailable(f"task {task.id} does not retry its predecessor {chain[index - 1].id}")
-        fixed = ("handler", "queue_id", "application_id", "priority", "input", "business_key", "concurrency_key")
-        if any(getattr(task, name) != getattr(first, name) for name in fixed):
-            raise Unavailable(f"task {task.id} differs from the step's fixed handler, queue, priority or input")
-        if task.max_attempts != budget - spent:
-            raise Unavailable(f"task {task.id} has max_attempts {task.max_attempts}, not the {budget - spent} left")
-        spent += task.attempt_count
+FIXED_TASK_FIELDS = ("handler", "queue_id", "application_id", "priority", "input", "business_key", "concurrency_key")
+TEXT_TASK_FIELDS = ("handler", "input", "business_key", "concurrency_key")
+
+
+@dataclass
+class Chain:
+    """The tasks a retry continues (TASK: all of the step; POLL: the current activation's last round
+    across activations), verified link by link, and the attempt budget they share."""
+
+    business_round: int | None
+    budget: int
+    original: Task | None = None  # the first task, whose deadlines are kept
+    previous: Task | None = None  # the last task, which the new one retries
+    answered: Task | None = None  # the first task that is neither FAILED nor CANCELLED
+    attempts_used: int = 0
+    activations: int = 0  # activations counted against the budget
+
+
+def _link_problem(task: Task, rows: int, previous: Task | None, first: Task, budget: int) -> str | None:
+    """What breaks one link of a chain whose earlier links hold (else None): attempt rows, retry_of, the
+    fixed task fields and max_attempts = what the earlier tasks left of the budget."""
+    if rows != task.attempt_count:
+        return f"task {task.id} counts {task.attempt_count} attempts but has other attempt rows"
+    if previous is not None and task.retry_of_id != previous.id:
+        return f"task {task.id} does not retry its predecessor {previous.id}"
+    if any(getattr(task, name) != getattr(first, name) for name in FIXED_TASK_FIELDS):
+        return f"task {task.id} differs from the step's fixed handler, queue, priority or input"
+    left = budget if previous is None else previous.max_attempts - previous.attempt_count
+    if task.max_attempts != left:
+        return f"task {task.id} has max_attempts {task.max_attempts}, not the {left} left"
+    return None
+
+
+def _handler_check(history: StepHistory, first: Task) -> None:
     handler = history.spec.get("handler")
     if handler is not None and first.handler != handler:
         raise Unavailable(f"task {first.id} does not run the step's fixed handler")
 
 
-def _chain_of(history: StepHistory) -> tuple[int | None, list[Task], int]:
-    """The tasks the new one continues (TASK: all of the step; POLL: the current activation's last
-    round across activations), verified, with the business round and the attempt budget they share."""
+def _task_chain(ctx: Context, history: StepHistory) -> Chain:
+    """A TASK step's chain is every task of the step in activation order, checked in SQL, never loaded."""
+    step, tasks = history.step, history.tasks
+    chain = Chain(business_round=None, budget=history.spec.get("max_attempts", 1))
+    n = history.activation_count
+    if not history.task_count == history.task_sources == n:
+        raise Unavailable(f"the activations and tasks of step {step.key!r} do not pair up")
+    ends = dict(history.activations.filter(sequence__in=[1, n]).values_list("sequence", "task_id"))
+    loaded = ctx.rows(Level.TASK, ends.values())
+    chain.original, chain.previous = loaded[ends[1]], loaded[ends[n]]
+    bad = _broken_links(tasks, step, chain).first()
+    if bad is not None:
+        previous = tasks.filter(source_activation__sequence=bad.sequence - 1).first()
+        raise Unavailable(_link_problem(bad, bad.rows, previous, chain.original, chain.budget))
+    _handler_check(history, chain.original)
+    if history.retryable_count != history.task_count:
+        answered = tasks.exclude(state__in=RETRYABLE_TASK_STATES)
+        chain.answered = answered.order_by("source_activation__sequence").first()
+    chain.attempts_used = history.attempt_count  # the attempt rows, now that each count matches its rows
+    chain.activations = n
+    return chain
+
+
+def _broken_links(tasks: QuerySet[Task], step: Step, chain: Chain) -> QuerySet[Task]:
+    """The tasks where ``_link_problem`` finds something, in chain order: the same rules in SQL, with the
+    task of the previous activation as the predecessor."""
+    first = chain.original
+    rows = Attempt.objects.filter(task_id=OuterRef("pk")).values("task_id").annotate(n=Count("id")).values("n")
+    links = tasks.annotate(sequence=F("source_activation__sequence"), rows=Coalesce(Subquery(rows), 0))
+    links = links.alias(**{f"exact_{name}": exact(name) for name in TEXT_TASK_FIELDS})
+    same = Q(
+        **{(f"exact_{name}" if name in TEXT_TASK_FIELDS else name): getattr(first, name) for name in FIXED_TASK_FIELDS}
+    )
+    linked = Task.objects.filter(
+        pk=OuterRef("retry_of_id"),
+        source_activation__step_id=step.id,
+        source_activation__sequence=OuterRef("sequence") - 1,
+        max_attempts=OuterRef("max_attempts") + F("attempt_count"),
+    )
+    budget = Q(sequence=1, max_attempts=chain.budget) | Q(sequence__gt=1) & Exists(linked)
+    sound = Case(
+        When(Q(rows=F("attempt_count")) & same & budget, then=True), default=False, output_field=BooleanField()
+    )
+    return links.alias(sound=sound).filter(sound=False).order_by("sequence")
+
+
+def _round_chain(ctx: Context, history: StepHistory) -> Chain:
+    """A POLL step's chain is the few query tasks of one business round: loaded and checked in order."""
     current = history.current
-    if history.step.kind == StepKind.TASK:
-        by_activation = {t.source_activation_id: t for t in history.tasks.values()}
-        chain = [by_activation[a.id] for a in history.activations if a.id in by_activation]
-        if len(chain) != len(history.tasks) or len(chain) != len(history.activations):
-            raise Unavailable(f"the activations and tasks of step {history.step.key!r} do not pair up")
-        business_round, budget = None, history.spec.get("max_attempts", 1)
-    else:
-        business_round = history.last_round(current) if current else None
-        chain = history.round_tasks(business_round) if business_round else []
-        budget = (current.attempts_per_round if current else None) or 1
-    if chain:
-        _chain_checks(history, chain, budget)
-    return business_round, chain, budget
-
-
-def _activations_of(history: StepHistory, business_round: int | None) -> int:
-    """Activations counted against the budget: all of a TASK step, those that ran the POLL round."""
-    if business_round is None:
-        return len(history.activations)
-    return len({r.activation_id for r in history.rounds if r.round == business_round})
+    chain = Chain(business_round=None, budget=(current.attempts_per_round if current else None) or 1)
+    if current is not None:
+        chain.business_round = history.rounds.filter(activation_id=current.id).aggregate(n=Max("round"))["n"]
+    if not chain.business_round:
+        return chain
+    rounds = list(history.rounds.filter(round=chain.business_round).values_list("activation_id", "task_id"))
+    loaded = ctx.rows(Level.TASK, [task_id for _, task_id in rounds])
+    tasks = sorted((loaded[task_id] for _, task_id in rounds), key=lambda t: (t.created_at, t.pk))
+    rows = dict(
+        Attempt.objects.filter(task_id__in=loaded).values("task_id").annotate(n=Count("id")).values_list("task_id", "n")
+    )
+    previous = None
+    for task in tasks:
+        problem = _link_problem(task, rows.get(task.id, 0), previous, tasks[0], chain.budget)
+        if problem:
+            raise Unavailable(problem)
+        previous = task
+    _handler_check(history, tasks[0])
+    chain.original, chain.previous = tasks[0], tasks[-1]
+    chain.answered = next((t for t in tasks if t.state not in RETRYABLE_TASK_STATES), None)
+    chain.attempts_used = sum(rows.get(t.id, 0) for t in tasks)
+    chain.activations = len({activation_id for activation_id, _ in rounds})
+    return chain
 
 
 class RetryStep(Operation):
@@ -151,7 +223,7 @@ class RetryStep(Operation):
         step, current = history.step, history.current
         if step.kind not in (StepKind.TASK, StepKind.POLL):
             raise FailedPrecondition(f"RetryStep applies to TASK and POLL steps; {step.key!r} is {step.kind}")
-        business_round, chain, budget = _chain_of(history)
+        chain = _task_chain(ctx, history) if step.kind == StepKind.TASK else _round_chain(ctx, history)
         step_reviewable(history)
         if step.state == StepState.SUCCEEDED or step_conclusion(step) == "SUCCEEDED":
             raise FailedPrecondition(f"step {step.key!r} succeeded: a succeeded step is never re-run")
@@ -162,33 +234,32 @@ class RetryStep(Operation):
             raise FailedPrecondition("the instance deadline has passed: no new work starts")
         if step.kind == StepKind.POLL and current.wait_id:
             return _final_signal_plan(ctx, history)
-        if not chain:
+        if chain.original is None:
             raise FailedPrecondition("the current activation has not queried any round: nothing to retry")
-        _deadline_checks(ctx, chain[0])
-        problem = history.unsettled()
+        _deadline_checks(ctx, chain.original)
+        problem = history.unsettled
         if problem:
             raise FailedPrecondition(problem)
         if current.last_round_classification:
             raise FailedPrecondition(
-                f"round {business_round} was classified {current.last_round_classification}: it is never re-queried"
+                f"round {chain.business_round} was classified {current.last_round_classification}: "
+                "it is never re-queried"
             )
-        answered = [t for t in chain if t.state not in RETRYABLE_TASK_STATES]
-        if answered:
-            raise FailedPrecondition(f"task {answered[0].id} is {answered[0].state}: resolve the step instead")
-        used = history.attempts_used(t.id for t in chain)
+        if chain.answered is not None:
+            raise FailedPrecondition(f"task {chain.answered.id} is {chain.answered.state}: resolve the step instead")
+        used, budget = chain.attempts_used, chain.budget
         if budget - used <= 0:
             raise FailedPrecondition(f"the attempt budget is spent: {used} of {budget} attempts used")
-        activations = _activations_of(history, business_round)
-        if activations >= budget:
-            raise FailedPrecondition(f"{activations} of at most {budget} activations already ran")
+        if chain.activations >= budget:
+            raise FailedPrecondition(f"{chain.activations} of at most {budget} activations already ran")
         return RetryPlan(
             history=history,
-            previous=chain[-1],
-            original=chain[0],
-            business_round=business_round,
+            previous=chain.previous,
+            original=chain.original,
+            business_round=chain.business_round,
             attempts_used=used,
             remaining=budget - used,
-            quota=quota_take(ctx, chain[-1]),
+            quota=quota_take(ctx, chain.previous),
         )
 
     def apply(self, ctx: Context, command: RetryStepCommand, plan, *, operation_id: str) -> Effect:
@@ -270,7 +341,7 @@ FINAL_SIGNAL_KEPT = (
 def _final_signal_plan(ctx: Context, history: StepHistory) -> RearmPlan:
     """A POLL step whose final-signal wait broke: a new wait generation, the answered round never re-queried."""
     current = history.current
-    problem = history.unsettled()
+    problem = history.unsettled
     if problem:
         raise FailedPrecondition(problem)
     if current.last_round_classification != "SUCCEEDED":

@@ -11,6 +11,7 @@ from engine.results import result_event_publish
 from history.errors import Aborted, FailedPrecondition, NotFound, Unavailable
 from history.identity import Identity
 from history.ids import new_id
+from history.locking import Level
 from history.models import Activation, Attempt, AttemptState, ExecutionAudit, ResultKind, Step, Task, TaskState
 from recovery.commands import ReviewTaskCommand
 from recovery.common import (
@@ -84,17 +85,16 @@ class ReviewTask(Operation):
         if step is None:
             raise Unavailable(f"task {seen.id} names a source activation that is not in this instance")
         history = step_history(ctx, step)
-        task = history.tasks[seen.id]
+        task = ctx.rows(Level.TASK, [seen.id])[seen.id]
         _require_task_revision(task, command.expected_task_revision)
         if task.state != TaskState.NEEDS_REVIEW:
             raise FailedPrecondition(f"task {task.id} is {task.state}; only a NEEDS_REVIEW task can be reviewed")
-        if any(a.state == AttemptState.RUNNING for a in history.attempts.get(task.id, ())):
+        if Attempt.objects.filter(task_id=task.id, state=AttemptState.RUNNING).exists():
             raise FailedPrecondition(f"task {task.id} has a RUNNING attempt: its execution has not ended")
         quota = ctx.quota_rows(task) if task.permit_held else None
         if quota is not None and any(row.active_tasks < 1 for row in quota):
             raise Unavailable(f"task {task.id} holds a permit its application or queue does not count")
-        activation = next(a for a in history.activations if a.pk == task.source_activation_id)
-        return ReviewPlan(history=history, task=task, activation=activation, conclusion=command.conclusion, quota=quota)
+        return ReviewPlan(history=history, task=task, activation=source, conclusion=command.conclusion, quota=quota)
 
     def apply(self, ctx: Context, command: ReviewTaskCommand, plan: ReviewPlan, *, operation_id: str) -> Effect:
         task = plan.task
