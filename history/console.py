@@ -28,7 +28,8 @@ INSTANCE_PATH = {
     models.Continuation: "instance",
     models.IdempotencyReceipt: "workflow",
 }
-# Task rows and their children are scoped by the task's own namespace and fixed queue.
+# Task rows and their children: the task's own namespace and queue, and (like the API) only when its
+# instance is visible, i.e. every queue of the instance's definition is accessible.
 TASK_PATH = {models.Task: "", models.Attempt: "task", models.ResultEvent: "task", models.ExecutionAudit: "task"}
 
 
@@ -64,8 +65,14 @@ def visible_rows(queryset: QuerySet, identity: Identity | None) -> QuerySet:
     if model in TASK_PATH:
         prefix = f"{TASK_PATH[model]}__" if TASK_PATH[model] else ""
         queryset = queryset.filter(**{f"{prefix}namespace_id": identity.namespace_id})
-        queue_ids = visible_queue_ids(identity)
-        return queryset if queue_ids is None else queryset.filter(**{f"{prefix}queue_id__in": queue_ids})
+        if identity.queues is None:
+            return queryset
+        return queryset.filter(
+            **{
+                f"{prefix}queue_id__in": visible_queue_ids(identity),
+                f"{prefix}source_instance__definition_id__in": visible_definition_ids(identity),
+            }
+        )
     if model is models.Namespace:
         return queryset.filter(id=identity.namespace_id)
     if model is models.Queue:

@@ -23,7 +23,7 @@ from django.contrib import admin
 from django.contrib.auth.models import Group, User
 from django.core import signing
 from django.core.management import call_command
-from django.db import OperationalError, connection
+from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import URLResolver, get_resolver, reverse
@@ -627,18 +627,6 @@ def _admin_urls(label: str, pk) -> tuple[str, list[str]]:
     ]
 
 
-# The PollRound changelist selects every relation of its rows (a 34-table join): MariaDB stays
-# in query planning ("Statistics") for minutes, whoever asks.
-KNOWN_DEFECTS = {
-    "history.PollRound": pytest.mark.xfail(
-        connection.vendor == "mysql",
-        raises=OperationalError,
-        strict=True,
-        reason="GET /admin/history/pollround/ never answers on MariaDB (34-table join)",
-    )
-}
-
-
 @pytest.fixture
 def statement_deadline():
     """On MariaDB a statement running for seconds fails instead of hanging the suite."""
@@ -663,8 +651,7 @@ def _sweep_cases() -> list:
             case = (label, ["rival_operator"], "operator")
         else:
             case = (label, ["rival_operator", "ledger_operator"], "operator")
-        marks = [KNOWN_DEFECTS[label]] if label in KNOWN_DEFECTS else []
-        cases.append(pytest.param(*case, id=label, marks=marks))
+        cases.append(pytest.param(*case, id=label))
     return cases
 
 
@@ -692,7 +679,6 @@ def test_admin_pages_never_show_a_row_of_another_namespace_or_queue_set(
     assert client.get(pages[0]).status_code == 200
 
 
-@pytest.mark.xfail(strict=True, reason="admin task rows are scoped by the task's own queue, not its instance's")
 def test_a_task_of_an_instance_the_operator_cannot_open_is_hidden_even_on_an_accessible_queue(
     client, security_world, security_users
 ):
