@@ -169,7 +169,7 @@ class TaskHeartbeatView(APIView):
         responses=schema.responses(openapi.Heartbeat, errors=openapi.ATTEMPT_ERRORS),
     )
     def post(self, request, task_id):
-        attempt = task_heartbeat(identity=request.auth, task_id=id_argument(task_id, "id"), command=request.data)
+        attempt = task_heartbeat(identity=request.auth, task_id=id_argument(task_id, "task_id"), command=request.data)
         return Response(
             {
                 "task_id": attempt.task_id,
@@ -192,7 +192,7 @@ class TaskCompleteView(APIView):
         responses=schema.responses(openapi.Completion, errors=openapi.ATTEMPT_ERRORS),
     )
     def post(self, request, task_id):
-        task = task_complete(identity=request.auth, task_id=id_argument(task_id, "id"), command=request.data)
+        task = task_complete(identity=request.auth, task_id=id_argument(task_id, "task_id"), command=request.data)
         return Response(
             {
                 "task_id": task.id,

@@ -70,8 +70,8 @@ def _definition_of(*, identity: Identity, command: dict) -> WorkflowDefinition:
     if "version" in command:
         version = command["version"]
         version = exactjson.to_python(version)
-        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            raise InvalidArgument("version: must be a positive integer", field="version")
+        if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= 2**32 - 1:
+            raise InvalidArgument("version: must be an integer from 1 to 4294967295", field="version")
         query = query.filter(version=version)
     definition = query.order_by("-version").first()
     if definition is None or not identity.can_access_queues(definition.queues):

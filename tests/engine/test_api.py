@@ -46,6 +46,8 @@ def test_start_answers_201_and_a_replay_is_byte_identical(engine, client):
         ({"definition": "DEF", "input": {}, "extra": 1}, "k", "extra"),
         ({"definition": "DEF"}, "k", "input"),
         ({"definition": "DEF", "input": {}, "deadline_seconds": "10"}, "k", "deadline_seconds"),
+        ({"definition": "DEF", "input": {}, "version": 0}, "k", "version"),
+        ({"definition": "DEF", "input": {}, "version": 2**64}, "k", "version"),
         ({"definition": "DEF", "input": {}}, None, "Idempotency-Key"),
         ({"definition": "DEF", "input": {}}, "has space", "Idempotency-Key"),
     ],

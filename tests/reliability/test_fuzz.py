@@ -378,12 +378,12 @@ def paths(tenancy):
         ("POST", w + "/pause"),
         ("POST", w + "/resume"),
         ("POST", w + "/cancel"),
-        ("POST", "/v1/tasks/{id}/heartbeat"),
-        ("POST", "/v1/tasks/{id}/complete"),
+        ("POST", "/v1/tasks/{task_id}/heartbeat"),
+        ("POST", "/v1/tasks/{task_id}/complete"),
         ("POST", "/v1/queues/{queue}/claim"),
         *(("POST", w.replace("{id}", "{instance_id}") + "/recovery/" + name) for name, _, _ in OPERATIONS),
     ]
-    ids |= {"instance_id": ids["id"], "queue": states.QUEUE}
+    ids |= {"instance_id": ids["id"], "task_id": ids["task"], "queue": states.QUEUE}
     return SimpleNamespace(templates=templates, ids=ids)
 
 
@@ -395,6 +395,7 @@ SEGMENT_VALID = {
     "signal": _id_ok,
     "operation": _id_ok,
     "task": _id_ok,
+    "task_id": _id_ok,
     "key": lambda s: _step_key_ok(s) and s != "$root",
     "queue": lambda s: QUEUE_NAME.fullmatch(s) is not None,
 }
