@@ -38,7 +38,7 @@ django.setup()
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from bench.recovery_ops import database_ready  # noqa: E402
+from bench.database import database_ready  # noqa: E402
 from engine.definitions import definition_create  # noqa: E402
 from engine.instances import instance_start  # noqa: E402
 from engine.runner import runner_settle  # noqa: E402

@@ -44,12 +44,10 @@ import django  # noqa: E402
 
 django.setup()
 
-import MySQLdb  # noqa: E402
-from django.conf import settings  # noqa: E402
-from django.core.management import call_command  # noqa: E402
 from django.db import connection, reset_queries, transaction  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
+from bench.database import database_ready  # noqa: E402
 from history.credentials import credential_issue, identity_of_credential  # noqa: E402
 from history.identity import Identity  # noqa: E402
 from history.ids import new_id  # noqa: E402
@@ -70,19 +68,6 @@ OPERATIONS = {
     "retry-step": ("RetryStep", rq.retry, states.task_failed_state),
 }
 WRITES = ("INSERT", "UPDATE", "DELETE")
-
-
-def database_ready() -> None:
-    """Create the MariaDB database WEAVE_DATABASE_URL names when it is missing, then migrate it."""
-    if connection.vendor != "mysql":
-        raise SystemExit("this benchmark runs on MariaDB/MySQL: set WEAVE_DATABASE_URL=mysql://...")
-    db = settings.DATABASES["default"]
-    server = MySQLdb.connect(
-        host=db["HOST"] or "127.0.0.1", port=int(db["PORT"] or 3306), user=db["USER"], password=db["PASSWORD"] or ""
-    )
-    server.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{db['NAME']}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
-    server.close()
-    call_command("migrate", verbosity=0)
 
 
 @dataclass

@@ -25,10 +25,10 @@ import django  # noqa: E402
 
 django.setup()
 
-from django.core.management import call_command  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 from django.db.models import JSONField  # noqa: E402
 
+from bench.database import database_ready  # noqa: E402
 from history import models as m  # noqa: E402
 from history.ids import ROOT_STEP_KEY, new_id  # noqa: E402
 from history.tenancy import namespace_ensure  # noqa: E402
@@ -558,8 +558,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     parts = set(args.parts.split(","))
-    if connection.vendor != "mysql":
-        raise SystemExit("bench/seed.py runs on MariaDB/MySQL: set WEAVE_DATABASE_URL=mysql://...")
+    database_ready()
     sizes = {
         "signals": int(1_000_000 * args.scale),
         "activations": int(100_000 * args.scale),
@@ -571,7 +570,6 @@ def main() -> None:
         # MariaDB's default 128 MB buffer pool turns random-key inserts into disk reads; grow it
         # for this server (needs the SUPER privilege, lasts until the server restarts).
         cursor.execute("SET GLOBAL innodb_buffer_pool_size = 4294967296")
-    call_command("migrate", verbosity=0)
     start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     tenants = []
     for name in ("bench", "bench-b", "bench-c", "bench-d"):
