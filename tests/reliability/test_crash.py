@@ -37,7 +37,7 @@ def _kills(background: Background, rng: random.Random, began: float, errors: lis
         errors.append(exc)
 
 
-def test_kill_9_under_load_loses_and_duplicates_no_acknowledged_write(tmp_path, request):
+def test_kill_9_under_load_loses_and_duplicates_no_acknowledged_write(tmp_path, request, reliability_report):
     token = workload_define()
     background = Background.started(tmp_path, token, request.addfinalizer)
     clients = Clients(background.url, token, seed=SEED)
@@ -51,10 +51,17 @@ def test_kill_9_under_load_loses_and_duplicates_no_acknowledged_write(tmp_path, 
     background.wait_ready(token)  # the last restart is serving before the background stops
     outcome = outcome_of(background, clients)
     acknowledged = sum(effect.acknowledged for effect in clients.effects)
-    print(
-        f"\ncrash: {background.kills} kills, {acknowledged} acknowledged, {len(outcome.lost)} lost,"
-        f" {len(outcome.duplicated)} duplicated, {len(outcome.violations)} violations"
-        f" ({clients.counts['no answer']} requests without an answer, {clients.counts['replayed']} replays)"
+    reliability_report(
+        "crash",
+        {
+            "kills": background.kills,
+            "acknowledged": acknowledged,
+            "lost": len(outcome.lost),
+            "duplicated": len(outcome.duplicated),
+            "violations": len(outcome.violations),
+            "requests without an answer": clients.counts["no answer"],
+            "replays": clients.counts["replayed"],
+        },
     )
     assert errors == [] and background.kills == 5
     assert outcome.exited == {}, {role: background.log_tail(role) for role in outcome.exited}

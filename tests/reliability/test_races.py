@@ -72,18 +72,25 @@ TALLY: Counter = Counter()  # commands sent and who won, for the summary line
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _summary():
-    """Print what the module raced and how many deadlocks the bounded retry absorbed (visible with -s)."""
-    retried = RetryStats.deadlocks_retried
+def _quiet_request_log():
+    """The races answer hundreds of expected 409s: keep the output readable."""
     request_log = logging.getLogger("django.request")
     level = request_log.level
-    request_log.setLevel(logging.ERROR)  # the races answer hundreds of expected 409s: keep the output readable
+    request_log.setLevel(logging.ERROR)
     yield
     request_log.setLevel(level)
-    winners = ", ".join(f"{name} {count}" for name, count in sorted(TALLY.items()) if name != "commands")
-    print(
-        f"\nraces: {TALLY['commands']} operations, {RetryStats.deadlocks_retried - retried} deadlocks retried"
-        f" ({winners})"
+
+
+@pytest.fixture(autouse=True)
+def _counted(reliability_report):
+    """Each test's commands, winners and the deadlocks the bounded retry absorbed, for the run's summary."""
+    before, retried = Counter(TALLY), RetryStats.deadlocks_retried
+    yield
+    sent = TALLY - before
+    reliability_report(
+        "races",
+        {"operations": sent.pop("commands", 0), "deadlocks retried": RetryStats.deadlocks_retried - retried}
+        | dict(sorted(sent.items())),
     )
 
 

@@ -31,18 +31,24 @@ def _permit_drift() -> dict:
     return drift
 
 
-def test_a_mixed_soak_keeps_the_invariants_and_leaves_no_instance_stuck(tmp_path, request):
+def test_a_mixed_soak_keeps_the_invariants_and_leaves_no_instance_stuck(tmp_path, request, reliability_report):
     token = workload_define()
     background = Background.started(tmp_path, token, request.addfinalizer)
     clients = Clients(background.url, token, seed=7)
     clients.run(SECONDS)
     outcome = outcome_of(background, clients)
-    print(
-        f"\nsoak: {clients.counts['start']} starts, {clients.counts['signal']} signals,"
-        f" {clients.counts['recovery']} recoveries, {clients.counts['reads']} reads,"
-        f" {len(clients.server_errors)} 5xx, {len(outcome.violations)} violations"
+    reliability_report(
+        "soak",
+        {
+            "starts": clients.counts["start"],
+            "signals": clients.counts["signal"],
+            "recoveries": clients.counts["recovery"],
+            "reads": clients.counts["reads"],
+            "5xx": len(clients.server_errors),
+            "violations": len(outcome.violations),
+        },
     )
-    print("soak recoveries:", {op: clients.counts[op] for op in OPERATIONS})
+    reliability_report("soak recoveries", {op: clients.counts[op] for op in OPERATIONS})
     assert outcome.exited == {}, {role: background.log_tail(role) for role in outcome.exited}
     assert clients.failures == []
     assert clients.server_errors == [], background.log_tail("server")
