@@ -17,7 +17,9 @@ def _run_with(fault: FaultAt, service, build, state, identity):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("name", "service", "build", "make"), rq.cases(), ids=[c[0] for c in rq.cases()])
-def test_a_fault_at_each_write_leaves_every_table_unchanged(tenancy, recoverer, name, service, build, make):
+def test_a_fault_at_each_write_leaves_every_table_unchanged(
+    tenancy, recoverer, name, service, build, make, reliability_report
+):
     counted = FaultAt(0)
     _run_with(counted, service, build, make(tenancy), recoverer)
     assert len(counted.writes) >= 4, counted.writes  # receipt, rows, instance, audit at least
@@ -28,6 +30,7 @@ def test_a_fault_at_each_write_leaves_every_table_unchanged(tenancy, recoverer, 
         with pytest.raises(DatabaseError, match=f"injected fault at write {n}"), connection.execute_wrapper(FaultAt(n)):
             rq.run(service, recoverer, state, command, key=f"fault-{n}")
         assert history_digest() == before, (name, n, counted.writes[n - 1])
+        reliability_report("faults injected, every table restored", {"operation writes": 1})
 
 
 @pytest.mark.django_db(transaction=True)
