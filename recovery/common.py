@@ -170,6 +170,9 @@ class Context:
     request_id: str = ""
     # Each step's verified history (or its corruption) by (step id, step revision): checked once per context.
     histories: dict[tuple[str, int], "StepHistory | Unavailable"] = field(default_factory=dict)
+    # Preview only (nothing locked): lookups the checks of one eligibility document repeat per operation.
+    steps_read: dict[str, Step] = field(default_factory=dict)
+    activations_owned: dict[tuple[str, str], bool] = field(default_factory=dict)
 
     def rows(self, level: Level, ids: Iterable[str]) -> dict:
         """Rows by id: locked in the fixed order when committing, plainly read for a preview."""
@@ -248,11 +251,26 @@ def step_conclusion(step: Step) -> str | None:
 
 def step_by_key(ctx: Context, key: str) -> Step:
     """The step named by the command (NOT_FOUND when absent), locked when committing."""
-    pk = Step.objects.filter(instance_id=ctx.instance.id, key=key).values_list("id", flat=True).first()
-    step = ctx.rows(Level.STEP, [pk]).get(pk) if pk else None
+    step = ctx.steps_read.get(key)
+    if step is None:
+        pk = Step.objects.filter(instance_id=ctx.instance.id, key=key).values_list("id", flat=True).first()
+        step = ctx.rows(Level.STEP, [pk]).get(pk) if pk else None
+        if step is not None and ctx.locks is None:
+            ctx.steps_read[key] = step
     if step is None or ctx.definition.step_spec(key) is None:
         raise NotFound(f"no step {key!r} in this instance")
     return step
+
+
+def activation_of_step(ctx: Context, activation_id: str, step: Step) -> None:
+    """NOT_FOUND unless the activation belongs to this step of this instance."""
+    owned = ctx.activations_owned.get((activation_id, step.id))
+    if owned is None:
+        owned = Activation.objects.filter(pk=activation_id, step_id=step.id, instance_id=ctx.instance.id).exists()
+        if ctx.locks is None:
+            ctx.activations_owned[(activation_id, step.id)] = owned
+    if not owned:
+        raise NotFound(f"no activation {activation_id} of step {step.key!r}")
 
 
 # ---- a step's history, with two-way ownership checked ----------------------------------
@@ -513,8 +531,7 @@ def step_decision_resolve(ctx: Context, command) -> StepHistory:
     """A step decision's references in order: step and activation exist (NOT_FOUND), are current (ABORTED),
     and own their history both ways (UNAVAILABLE)."""
     step = step_by_key(ctx, command.step_key)
-    if not Activation.objects.filter(pk=command.activation_id, step_id=step.id, instance_id=ctx.instance.id).exists():
-        raise NotFound(f"no activation {command.activation_id} of step {step.key!r}")
+    activation_of_step(ctx, command.activation_id, step)
     ctx.require_revision(command.expected_revision)
     if step.revision != command.expected_step_revision:
         raise Aborted(
