@@ -206,6 +206,13 @@ class Context:
         return self.quota
 
 
+def not_in_review(instance: WorkflowInstance) -> FailedPrecondition | None:
+    """The refusal of every operation on an instance outside NEEDS_REVIEW, or None."""
+    if instance.state == InstanceState.NEEDS_REVIEW:
+        return None
+    return FailedPrecondition(f"the instance is {instance.state}; recovery applies only to NEEDS_REVIEW")
+
+
 def context_open(*, identity: Identity, instance_id: str, locks: LockSet | None) -> Context:
     """The instance-level checks, in order: namespace and queues (NOT_FOUND), NEEDS_REVIEW, inbox clean."""
     if locks is not None:
@@ -213,8 +220,8 @@ def context_open(*, identity: Identity, instance_id: str, locks: LockSet | None)
     else:
         instance = WorkflowInstance.objects.filter(pk=instance_id).first()
     definition = _accessible_definition(identity=identity, instance=instance)
-    if instance.state != InstanceState.NEEDS_REVIEW:
-        raise FailedPrecondition(f"the instance is {instance.state}; recovery applies only to NEEDS_REVIEW")
+    if refusal := not_in_review(instance):
+        raise refusal
     blocking = (
         InboxRecord.objects.filter(instance_id=instance.id, state__in=[InboxState.PENDING, InboxState.QUARANTINED])
         .values_list("state", flat=True)

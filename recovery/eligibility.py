@@ -9,10 +9,10 @@ from collections.abc import Iterable
 
 from django.db.models import F
 
-from history.errors import FailedPrecondition, NotFound, WeaveError
+from history.errors import NotFound, WeaveError
 from history.identity import Identity
 from history.ids import ROOT_STEP_KEY
-from history.models import InstanceState, Step, StepKind, Task, TaskState, WorkflowInstance
+from history.models import Step, StepKind, Task, TaskState, WorkflowInstance
 from recovery.commands import (
     ContinueCommand,
     ContinuePollCommand,
@@ -23,7 +23,7 @@ from recovery.commands import (
     ReviewTaskCommand,
     instance_id_check,
 )
-from recovery.common import Context, Operation, Plan, change, context_open
+from recovery.common import Context, Operation, Plan, change, context_open, not_in_review
 from recovery.operations import OPERATIONS
 from recovery.operations.continue_instance import CONTINUE
 from recovery.operations.review_task import REVIEW_TASK
@@ -186,9 +186,8 @@ def instance_eligibility_document(instance: WorkflowInstance, steps) -> dict:
     NEEDS_REVIEW every operation is refused for the instance's state, known without reading more.
     """
     rows = [view.step for view in steps]
-    if instance.state != InstanceState.NEEDS_REVIEW:
+    if refusal := not_in_review(instance):
         # context_open's refusal once the namespace and queues pass, as they did for this reader.
-        error = FailedPrecondition(f"the instance is {instance.state}; recovery applies only to NEEDS_REVIEW")
-        return _refused_everywhere(instance=instance, steps=sorted(rows, key=lambda s: s.key), error=error)
+        return _refused_everywhere(instance=instance, steps=sorted(rows, key=lambda s: s.key), error=refusal)
     reader = Identity(namespace_id=instance.namespace_id, actor_id="", scopes=frozenset(), queues=None)
     return _eligibility(identity=reader, instance=instance, steps=rows)
