@@ -101,21 +101,18 @@ class NamespaceAdmin(ReadOnlyAdmin):
 @admin.register(models.Application)
 class ApplicationAdmin(ReadOnlyAdmin):
     list_display = ("name", "namespace", "active_tasks", "max_active_tasks")
-    list_select_related = ("namespace",)
     search_fields = ("=id", "name")
 
 
 @admin.register(models.Queue)
 class QueueAdmin(ReadOnlyAdmin):
     list_display = ("name", "namespace", "active_tasks", "max_active_tasks")
-    list_select_related = ("namespace",)
     search_fields = ("=id", "name")
 
 
 @admin.register(models.Credential)
 class CredentialAdmin(ReadOnlyAdmin):
     list_display = ("label", "key_id", "namespace", "actor_id", "created_at", "expires_at", "revoked_at")
-    list_select_related = ("namespace",)
     list_filter = ("revoked_at",)
     search_fields = ("=id", "=key_id", "label", "=actor_id")
     exclude = ("token_digest",)
@@ -130,14 +127,12 @@ class OperatorAdmin(ReadOnlyAdmin):
 @admin.register(models.WorkflowDefinition)
 class WorkflowDefinitionAdmin(ReadOnlyAdmin):
     list_display = ("name", "version", "namespace", "created_at")
-    list_select_related = ("namespace",)
     search_fields = ("=id", "name")
 
 
 @admin.register(models.WorkflowInstance)
 class WorkflowInstanceAdmin(ReadOnlyAdmin):
     list_display = ("id", "definition", "business_key", "state", "paused", "stop_kind", "revision", "updated_at")
-    list_select_related = ("definition",)
     list_filter = (
         "state",
         "paused",
@@ -195,7 +190,6 @@ class StepAdmin(ReadOnlyAdmin):
 @admin.register(models.Activation)
 class ActivationAdmin(ReadOnlyAdmin):
     list_display = ("id", "step", "sequence", "state", "revision", "created_at")
-    list_select_related = ("step",)
     list_filter = ("state",)
     search_fields = ("=id", "=instance__id", "=step__id")
     ordering = ("-created_at",)
