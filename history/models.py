@@ -416,6 +416,10 @@ class ResultEvent(models.Model):
     result = _exact_json()
     task_revision = models.PositiveBigIntegerField()
     created_at = models.DateTimeField(default=clock.now)
+    # Late evidence: a report of an attempt that had lost its lease, or of a task whose activation
+    # is no longer current. It is kept for the operator and changes no state.
+    late = models.BooleanField(default=False)
+    attempt = _ref("Attempt", null=True, db_index=False)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["task", "seq"], name="result_event_task_seq")]
@@ -641,3 +645,31 @@ class Continuation(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["state", "created_at"], name="continuation_state_created")]
+
+
+class Incident(models.Model):
+    """A background item that failed with a non-database error, set aside so the rest goes on.
+
+    One row per (duty, item): a repeat raises ``count`` and ``last_seen_at``. While a row is
+    open the duty skips its item; an operator closes it (``resolved_at``) after fixing the cause.
+    """
+
+    id = _id_field()
+    duty = models.CharField(max_length=32)
+    item_kind = models.CharField(max_length=32)
+    item_id = models.CharField(max_length=32)
+    namespace = _ref("Namespace", null=True, db_index=False)
+    instance = _ref("WorkflowInstance", null=True, db_index=False)
+    error_class = models.CharField(max_length=128)
+    message = models.CharField(max_length=1024)
+    count = models.PositiveIntegerField(default=1)
+    first_seen_at = models.DateTimeField(default=clock.now)
+    last_seen_at = models.DateTimeField(default=clock.now)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["duty", "item_id"], name="incident_duty_item")]
+        indexes = [
+            models.Index(fields=["resolved_at", "last_seen_at"], name="incident_open"),
+            models.Index(fields=["instance", "last_seen_at"], name="incident_instance"),
+        ]

@@ -101,6 +101,11 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
+# Input limits (history/limits.py): a larger request body is refused with 413 before it is read;
+# one client JSON value (input, result, payload) is stored only up to this many UTF-8 bytes.
+WEAVE_MAX_BODY_BYTES = int(os.environ.get("WEAVE_MAX_BODY_BYTES", 1024 * 1024))
+WEAVE_MAX_JSON_BYTES = int(os.environ.get("WEAVE_MAX_JSON_BYTES", 256 * 1024))
+
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 
