@@ -54,10 +54,8 @@ def isolated(item: Item, work: Callable[[], T]) -> T | None:
     except DatabaseError:
         raise
     except Exception as error:
-        item_id = item.item_id() if callable(item.item_id) else item.item_id
-        incident_record(
-            duty=item.duty, item_kind=item.kind, item_id=item_id or "", instance_id=item.instance_id, error=error
-        )
+        item_id = (item.item_id() if callable(item.item_id) else item.item_id) or item.instance_id or ""
+        incident_record(duty=item.duty, item_kind=item.kind, item_id=item_id, instance_id=item.instance_id, error=error)
         return None
 
 
@@ -145,3 +143,11 @@ def _enter_review(locks: LockSet, instance: WorkflowInstance, reason: str, now) 
     instance_enter_review(instance=instance, gate=gate, reason=f"the background set an item aside: {reason}")
     if instance.state != before:
         touch(instance, now)
+
+
+def incidents_resolve(*, ids: list[str]) -> int:
+    """Close open incidents (after their cause was fixed): their duties try the items again on the next pass.
+
+    Returns how many were open. An item that fails again reopens its incident and counts once more.
+    """
+    return Incident.objects.filter(pk__in=ids, resolved_at__isnull=True).update(resolved_at=clock.now())

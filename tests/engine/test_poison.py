@@ -6,11 +6,12 @@ definition row without an application.
 """
 
 import datetime as dt
+import io
 import logging
 import threading
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import OperationalError
 
 from engine import runner
@@ -105,7 +106,8 @@ def _assert_set_aside(incident, *, duty, kind, item_id, instance, error_class, p
 def _assert_counted_again(incident):
     """Resolved without fixing the cause, the item fails again: the same row counts 2 and reopens."""
     first_seen = incident.first_seen_at
-    Incident.objects.filter(pk=incident.pk).update(resolved_at=clock.now())
+    call_command("weave_incidents", "--resolve", incident.id, stdout=io.StringIO())
+    assert Incident.objects.get(pk=incident.pk).resolved_at is not None
     clock.advance(dt.timedelta(seconds=1))
     runner.runner_settle()
     incident.refresh_from_db()
@@ -325,3 +327,19 @@ def test_the_weave_worker_loop_survives_a_handler_error_and_a_refused_completion
     assert _reload(healthy).state == InstanceState.SUCCEEDED
     assert _reload(failing).state == InstanceState.NEEDS_REVIEW
     assert invariants_check() == []
+
+
+@pytest.mark.django_db
+def test_weave_incidents_lists_the_open_incidents_without_their_message_and_refuses_an_unknown_id(engine):
+    poisoned, healthy, record, _ = _results_poisoned(engine, INVALID)
+    runner.runner_settle()
+    incident = Incident.objects.get()
+    out = io.StringIO()
+    call_command("weave_incidents", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert lines[-1] == "incidents: 1 open"
+    assert lines[0].startswith(f"{incident.id} inbox inbox_record {record.id} instance={poisoned.id}")
+    assert "json.decoder.JSONDecodeError count=1" in lines[0] and incident.message not in out.getvalue()
+    with pytest.raises(CommandError, match="--resolve: no incident " + "0" * 32):
+        call_command("weave_incidents", "--resolve", incident.id, "0" * 32)
+    assert Incident.objects.get().resolved_at is None
