@@ -4,8 +4,9 @@ A duty (a runner pass, the inbox consumer, a worker) runs each item in its own t
 A non-database error on an item rolls that item back and is recorded as an ``Incident`` in a
 transaction of its own; the item's instance enters review, and the duty goes on. While the
 incident is open the duty's candidate queries leave the item out, so it can neither fill a
-batch forever nor be retried in a loop. Database errors are not poison: they leave the duty
-(the caller backs off and retries, ``engine.background.Outage``).
+batch forever nor be retried in a loop. Database errors (``django.db.Error``: the server's
+answers and a lost connection alike) are not poison: they leave the duty (the caller backs off
+and retries, ``engine.background.Outage``).
 """
 
 import logging
@@ -13,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from django.db import DatabaseError, IntegrityError, transaction
+from django import db
+from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 
 from engine.state import instance_enter_review, touch
@@ -51,7 +53,7 @@ def isolated(item: Item, work: Callable[[], T]) -> T | None:
     """``work()``, or None after recording a non-database error on the item as an incident."""
     try:
         return work()
-    except DatabaseError:
+    except db.Error:
         raise
     except Exception as error:
         item_id = (item.item_id() if callable(item.item_id) else item.item_id) or item.instance_id or ""
@@ -83,7 +85,7 @@ def incident_record(*, duty: str, item_kind: str, item_id: str, instance_id: str
     try:
         with transaction.atomic():
             incident = _record(*record, review=True)
-    except DatabaseError:
+    except db.Error:
         raise
     except Exception as review_error:  # the review transition itself failed: keep at least the record
         log.error("%s: %s %s: entering review failed with %s", duty, item_kind, item_id, error_class_of(review_error))

@@ -11,7 +11,7 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Iterable
 
-from django.db import DatabaseError
+from django import db
 from django.db.models import Exists, OuterRef, Q
 
 from engine.activation import poll_round_start
@@ -369,7 +369,7 @@ def runner_pass() -> dict[str, int]:
     for name, run in PASSES.items():
         try:
             counts[name] = run()
-        except DatabaseError:
+        except db.Error:
             raise
         except Exception as error:
             log.error("%s: the pass failed with %s; the other passes go on", name, error_class_of(error))

@@ -12,9 +12,10 @@ import threading
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import OperationalError
+from django.db import InterfaceError, OperationalError
 
 from engine import runner
+from engine.background import BACKOFF_SECONDS, Outage
 from engine.check import invariants_check
 from engine.definitions import contract_violation
 from engine.handlers import HANDLERS, Handler, HandlerResult
@@ -254,17 +255,34 @@ def test_a_pass_that_fails_outside_any_item_is_logged_and_the_other_passes_still
     assert "timers: the pass failed with RuntimeError; the other passes go on" in caplog.messages
 
 
-@pytest.mark.django_db
-def test_a_database_error_is_not_poison_it_leaves_the_pass_and_records_nothing(engine, monkeypatch):
+@pytest.mark.django_db(transaction=True)  # Outage drops the connection
+@pytest.mark.parametrize("error", [OperationalError, InterfaceError], ids=lambda e: e.__name__)
+def test_a_database_error_is_not_poison_it_leaves_the_pass_records_nothing_and_is_backed_off(
+    engine, monkeypatch, error
+):
     states.results_pending(engine)
 
     def outage(*args, **kwargs):
-        raise OperationalError("server has gone away")
+        raise error("server has gone away")
 
     monkeypatch.setattr(runner, "inbox_consume_next", outage)
-    with pytest.raises(OperationalError):
+    with pytest.raises(error):
         runner.runner_pass()
     assert not Incident.objects.exists()
+    stopping = _NoWait()
+    assert Outage("weave_runner", stopping).run(runner.runner_pass) is None
+    assert stopping.waited == [BACKOFF_SECONDS[0]]
+    assert InboxRecord.objects.get().state == InboxState.PENDING
+
+
+class _NoWait(threading.Event):
+    def __init__(self) -> None:
+        super().__init__()
+        self.waited: list[float] = []
+
+    def wait(self, timeout=None):
+        self.waited.append(timeout)
+        return False
 
 
 @pytest.mark.django_db(transaction=True)
