@@ -67,7 +67,11 @@ def error_class_of(error: BaseException) -> str:
     return name[:128]
 
 
-def _storable(text: str) -> str:
+def _message_of(error: BaseException) -> str:
+    try:
+        text = str(error)[: MESSAGE_LENGTH * 2]
+    except Exception:  # an exception whose text cannot be made is still recorded, by its class
+        return ""
     # A message may quote client text: lone surrogates and NUL would make the incident itself unwritable.
     return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")[:MESSAGE_LENGTH]
 
@@ -80,7 +84,7 @@ def incident_record(*, duty: str, item_kind: str, item_id: str, instance_id: str
     client data. The log line carries the same, never the message either.
     """
     error_class = error_class_of(error)
-    message = _storable(str(error))
+    message = _message_of(error)
     record = (duty, item_kind, item_id, instance_id, error_class, message)
     try:
         with transaction.atomic():

@@ -361,3 +361,19 @@ def test_weave_incidents_lists_the_open_incidents_without_their_message_and_refu
     with pytest.raises(CommandError, match="--resolve: no incident " + "0" * 32):
         call_command("weave_incidents", "--resolve", incident.id, "0" * 32)
     assert Incident.objects.get().resolved_at is None
+
+
+@pytest.mark.django_db
+def test_an_incident_message_is_cut_to_1024_characters_and_stored_even_with_a_lone_surrogate_or_nul(
+    engine, monkeypatch
+):
+    instance = states.results_pending(engine)[0]
+
+    def poisoned(*, instance_id):
+        raise ValueError("bad \ud800 and \x00 " + "x" * 5000)
+
+    monkeypatch.setattr(runner, "inbox_consume_next", poisoned)
+    assert runner.runner_pass()["inbox"] == 0
+    incident = Incident.objects.get()
+    assert len(incident.message) == 1024 and incident.message.startswith("bad \\ud800 and \\x00 xxx")
+    assert (incident.item_id, incident.instance_id) == (InboxRecord.objects.get().id, instance.id)
