@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from engine.activation import wait_create
 from engine.advance import continuation_create
 from engine.definitions import contract_violation, poll_classify
+from engine.incidents import open_instance_ids
 from engine.signals import signal_spec_of, wait_satisfy, wait_winner
 from engine.state import FINISHED, instance_enter_review, touch
 from history import clock
@@ -115,11 +116,7 @@ def _consume(instance_id: str) -> InboxRecord | None:
         if WorkflowInstance.objects.filter(pk=instance_id).exists():
             return None  # another runner holds it
         return _quarantine_orphans(locks, instance_id)
-    record = (
-        InboxRecord.objects.filter(instance_id=instance_id, state=InboxState.PENDING)
-        .order_by("created_at", "id")
-        .first()
-    )
+    record = _pending(instance_id).first()
     if record is None:
         return None
     gate = locks.lock_one(Level.GATE, instance_id)
@@ -359,10 +356,20 @@ def _apply_signal(
     return disposition if winner.id == signal.id else Disposition.BUFFERED
 
 
+def _pending(instance_id: str):
+    return InboxRecord.objects.filter(instance_id=instance_id, state=InboxState.PENDING).order_by("created_at", "id")
+
+
+def inbox_head_id(*, instance_id: str) -> str | None:
+    """The id of the record ``inbox_consume_next`` takes next for this instance."""
+    return _pending(instance_id).values_list("id", flat=True).first()
+
+
 def instances_with_pending_records(*, limit: int = 100) -> list[str]:
-    """Instances that have PENDING inbox records, oldest record first."""
+    """Instances that have PENDING inbox records, oldest record first; not those whose inbox is set aside."""
     rows = (
         InboxRecord.objects.filter(state=InboxState.PENDING)
+        .exclude(instance_id__in=open_instance_ids("inbox"))
         .order_by("created_at", "id")
         .values_list("instance_id", flat=True)[: limit * 4]
     )

@@ -2,17 +2,22 @@
 
 Candidates are found with plain reads; each item is then re-checked under row locks taken in
 the fixed order. Instances another runner holds are skipped (SKIP LOCKED) and picked up by a
-later pass, so several runners can work side by side.
+later pass, so several runners can work side by side. An item that fails with anything but a
+database error is set aside as an incident (``engine.incidents``) and left out of the pass's
+candidates while the incident is open; every other item goes on.
 """
 
 import datetime as dt
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterable
 
+from django import db
 from django.db.models import Exists, OuterRef, Q
 
 from engine.activation import poll_round_start
 from engine.advance import continuation_create, continuations_apply, instance_lock_graph
-from engine.inbox import inbox_consume_next, instances_with_pending_records
+from engine.inbox import inbox_consume_next, inbox_head_id, instances_with_pending_records
+from engine.incidents import Item, error_class_of, isolated, open_item_ids
 from engine.quota import permit_release, quota_lock_for_task
 from engine.results import result_event_publish
 from engine.signals import buffered_waits, wait_satisfy, wait_winner
@@ -49,14 +54,25 @@ from history.models import (
 )
 
 BATCH = 100
+log = logging.getLogger("weave.background")
+
+
+def _each(duty: str, kind: str, rows: Iterable[tuple[str, str | None]], work: Callable[[str, str], int]) -> int:
+    """Run ``work(item id, instance id)`` for each candidate, each isolated: a poisoned item counts 0."""
+    return sum(
+        isolated(Item(duty, kind, item_id, instance_id), lambda i=item_id, n=instance_id: work(i, n)) or 0
+        for item_id, instance_id in list(rows)
+    )
 
 
 def pass_lease_expiry() -> int:
     """RUNNING attempts whose lease passed → UNKNOWN (task NEEDS_REVIEW, UNKNOWN event)."""
-    ids = Attempt.objects.filter(state=AttemptState.RUNNING, lease_expires_at__lt=clock.now()).values_list(
-        "id", flat=True
-    )[:BATCH]
-    return sum(task_lease_expire(attempt_id=attempt_id) for attempt_id in list(ids))
+    rows = (
+        Attempt.objects.filter(state=AttemptState.RUNNING, lease_expires_at__lt=clock.now())
+        .exclude(id__in=open_item_ids("lease_expiry"))
+        .values_list("id", "task__source_instance_id")[:BATCH]
+    )
+    return _each("lease_expiry", "attempt", rows, lambda a, i: task_lease_expire(attempt_id=a))
 
 
 def _task_deadline(task_id: str) -> bool:
@@ -87,10 +103,12 @@ def _task_deadline(task_id: str) -> bool:
 def pass_task_deadlines() -> int:
     """QUEUED tasks past their deadline or latest start → FAILED (permit released, FAILED result event)."""
     now = clock.now()
-    ids = Task.objects.filter(
-        Q(deadline_at__lte=now) | Q(latest_start_at__lte=now), state=TaskState.QUEUED
-    ).values_list("id", flat=True)[:BATCH]
-    return sum(atomic_with_retry(lambda t=task_id: _task_deadline(t)) for task_id in list(ids))
+    rows = (
+        Task.objects.filter(Q(deadline_at__lte=now) | Q(latest_start_at__lte=now), state=TaskState.QUEUED)
+        .exclude(id__in=open_item_ids("task_deadlines"))
+        .values_list("id", "source_instance_id")[:BATCH]
+    )
+    return _each("task_deadlines", "task", rows, lambda t, i: atomic_with_retry(lambda: _task_deadline(t)))
 
 
 def _instance_deadline(instance_id: str) -> bool:
@@ -109,10 +127,12 @@ def _instance_deadline(instance_id: str) -> bool:
 
 def pass_instance_deadlines() -> int:
     """RUNNING instances past their deadline → stop_kind FAIL, CANCELLING. In review: nothing is recorded."""
-    ids = WorkflowInstance.objects.filter(state=InstanceState.RUNNING, deadline_at__lte=clock.now()).values_list(
-        "id", flat=True
-    )[:BATCH]
-    return sum(atomic_with_retry(lambda i=instance_id: _instance_deadline(i)) for instance_id in list(ids))
+    rows = (
+        WorkflowInstance.objects.filter(state=InstanceState.RUNNING, deadline_at__lte=clock.now())
+        .exclude(id__in=open_item_ids("instance_deadlines"))
+        .values_list("id", "id")[:BATCH]
+    )
+    return _each("instance_deadlines", "instance", rows, lambda i, _: atomic_with_retry(lambda: _instance_deadline(i)))
 
 
 def _with_wait(instance_id: str, wait_id: str, apply: Callable) -> bool:
@@ -163,10 +183,12 @@ def _fire_timer(instance, gate, step, activation, wait, spec, now) -> bool:
 
 def pass_timers() -> int:
     """Due TIMER waits fire (step SUCCEEDED, output null) unless first seen later than max_lateness."""
-    rows = Wait.objects.filter(state=WaitState.WAITING, kind=WaitKind.TIMER, fire_at__lte=clock.now()).values_list(
-        "instance_id", "id"
-    )[:BATCH]
-    return sum(atomic_with_retry(lambda i=i, w=w: _with_wait(i, w, _fire_timer)) for i, w in list(rows))
+    rows = (
+        Wait.objects.filter(state=WaitState.WAITING, kind=WaitKind.TIMER, fire_at__lte=clock.now())
+        .exclude(id__in=open_item_ids("timers"))
+        .values_list("id", "instance_id")[:BATCH]
+    )
+    return _each("timers", "wait", rows, lambda w, i: atomic_with_retry(lambda: _with_wait(i, w, _fire_timer)))
 
 
 def _expire_wait(instance, gate, step, activation, wait, spec, now) -> bool:
@@ -178,10 +200,14 @@ def _expire_wait(instance, gate, step, activation, wait, spec, now) -> bool:
 
 def pass_wait_deadlines() -> int:
     """WAITING signal waits past their deadline → wait EXPIRED, activation, step and instance NEEDS_REVIEW."""
-    rows = Wait.objects.filter(
-        state=WaitState.WAITING, kind__in=(WaitKind.SIGNAL, WaitKind.POLL_FINAL_SIGNAL), deadline_at__lt=clock.now()
-    ).values_list("instance_id", "id")[:BATCH]
-    return sum(atomic_with_retry(lambda i=i, w=w: _with_wait(i, w, _expire_wait)) for i, w in list(rows))
+    rows = (
+        Wait.objects.filter(
+            state=WaitState.WAITING, kind__in=(WaitKind.SIGNAL, WaitKind.POLL_FINAL_SIGNAL), deadline_at__lt=clock.now()
+        )
+        .exclude(id__in=open_item_ids("wait_deadlines"))
+        .values_list("id", "instance_id")[:BATCH]
+    )
+    return _each("wait_deadlines", "wait", rows, lambda w, i: atomic_with_retry(lambda: _with_wait(i, w, _expire_wait)))
 
 
 def _match_buffered(instance, gate, step, activation, wait, spec, now) -> bool:
@@ -196,7 +222,10 @@ def _match_buffered(instance, gate, step, activation, wait, spec, now) -> bool:
 
 def pass_buffered_signals() -> int:
     """A WAITING signal wait takes the oldest matching buffered signal of its step (e.g. a new generation)."""
-    return sum(atomic_with_retry(lambda i=i, w=w: _with_wait(i, w, _match_buffered)) for i, w in buffered_waits())
+    rows = [(w, i) for i, w in buffered_waits(skip=open_item_ids("buffered_signals"))]
+    return _each(
+        "buffered_signals", "wait", rows, lambda w, i: atomic_with_retry(lambda: _with_wait(i, w, _match_buffered))
+    )
 
 
 def _expire_signal(instance_id: str, signal_id: str) -> bool:
@@ -223,9 +252,10 @@ def pass_signal_expiry() -> int:
     rows = (
         Signal.objects.filter(state=SignalState.PENDING, expires_at__lte=clock.now())
         .filter(Exists(consumed))
-        .values_list("workflow_id", "id")[:BATCH]
+        .exclude(id__in=open_item_ids("signal_expiry"))
+        .values_list("id", "workflow_id")[:BATCH]
     )
-    return sum(atomic_with_retry(lambda i=i, s=s: _expire_signal(i, s)) for i, s in list(rows))
+    return _each("signal_expiry", "signal", rows, lambda s, i: atomic_with_retry(lambda: _expire_signal(i, s)))
 
 
 def _poll_round(instance_id: str, activation_id: str) -> bool:
@@ -273,30 +303,45 @@ def pass_poll_rounds() -> int:
             state=ActivationState.WAITING, next_round_at__lte=clock.now(), wait__isnull=True, step__kind=StepKind.POLL
         )
         .filter(instance__state=InstanceState.RUNNING)
-        .values_list("instance_id", "id")[:BATCH]
+        .exclude(id__in=open_item_ids("poll_rounds"))
+        .values_list("id", "instance_id")[:BATCH]
     )
-    return sum(atomic_with_retry(lambda i=i, a=a: _poll_round(i, a)) for i, a in list(rows))
+    return _each("poll_rounds", "activation", rows, lambda a, i: atomic_with_retry(lambda: _poll_round(i, a)))
 
 
 def pass_inbox() -> int:
-    """Consume PENDING inbox records, oldest first per instance, one record per transaction."""
+    """Consume PENDING inbox records, oldest first per instance, one record per transaction.
+
+    A record that fails is set aside with its instance's later records behind it: they are
+    consumed in order or not at all.
+    """
     consumed = 0
     for instance_id in instances_with_pending_records(limit=BATCH):
-        while inbox_consume_next(instance_id=instance_id) is not None:
+        item = Item("inbox", "inbox_record", lambda i=instance_id: inbox_head_id(instance_id=i), instance_id)
+        while isolated(item, lambda i=instance_id: inbox_consume_next(instance_id=i)) is not None:
             consumed += 1
     return consumed
 
 
 def pass_continuations() -> int:
     """Apply PENDING continuations: advance the graph (activate ready steps, finish the instance)."""
-    ids = Continuation.objects.filter(state=ContinuationState.PENDING).values_list("instance_id", flat=True)
-    return sum(continuations_apply(instance_id=i) for i in dict.fromkeys(list(ids[: BATCH * 4])))
+    ids = (
+        Continuation.objects.filter(state=ContinuationState.PENDING)
+        .exclude(instance_id__in=open_item_ids("continuations"))
+        .values_list("instance_id", flat=True)
+    )
+    rows = ((i, i) for i in dict.fromkeys(list(ids[: BATCH * 4])))
+    return _each("continuations", "instance", rows, lambda i, _: continuations_apply(instance_id=i))
 
 
 def pass_stop_settlement() -> int:
     """Settle CANCELLING instances: cancel queued work, wait for running work, then CANCELLED / FAILED."""
-    ids = WorkflowInstance.objects.filter(state=InstanceState.CANCELLING).values_list("id", flat=True)[:BATCH]
-    return sum(instance_stop_settle(instance_id=i) for i in list(ids))
+    rows = (
+        WorkflowInstance.objects.filter(state=InstanceState.CANCELLING)
+        .exclude(id__in=open_item_ids("stop_settlement"))
+        .values_list("id", "id")[:BATCH]
+    )
+    return _each("stop_settlement", "instance", rows, lambda i, _: instance_stop_settle(instance_id=i))
 
 
 PASSES: dict[str, Callable[[], int]] = {
@@ -315,8 +360,21 @@ PASSES: dict[str, Callable[[], int]] = {
 
 
 def runner_pass() -> dict[str, int]:
-    """One pass of every duty, in a fixed order; returns how many items each pass handled."""
-    return {name: run() for name, run in PASSES.items()}
+    """One pass of every duty, in a fixed order; returns how many items each pass handled.
+
+    Items are isolated inside each pass; a non-database error outside any item (a pass's own
+    candidate query) is logged and that pass counts 0, so the other duties still run.
+    """
+    counts = {}
+    for name, run in PASSES.items():
+        try:
+            counts[name] = run()
+        except db.Error:
+            raise
+        except Exception as error:
+            log.error("%s: the pass failed with %s; the other passes go on", name, error_class_of(error))
+            counts[name] = 0
+    return counts
 
 
 def runner_settle(*, max_passes: int = 20) -> int:

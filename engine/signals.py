@@ -264,8 +264,10 @@ def wait_satisfy(
     return disposition
 
 
-def buffered_waits() -> list[tuple[str, str]]:
-    """(instance id, wait id) of WAITING signal waits that have a buffered PENDING signal of their step."""
+def buffered_waits(*, skip=()) -> list[tuple[str, str]]:
+    """(instance id, wait id) of WAITING signal waits that have a buffered PENDING signal of their step.
+
+    ``skip``: wait ids (or a subquery of them) to leave out."""
     buffered = Signal.objects.filter(
         workflow_id=OuterRef("instance_id"), target_step_key=OuterRef("step__key"), state=SignalState.PENDING
     ).filter(
@@ -278,5 +280,6 @@ def buffered_waits() -> list[tuple[str, str]]:
     return list(
         Wait.objects.filter(state=WaitState.WAITING, kind__in=("SIGNAL", "POLL_FINAL_SIGNAL"))
         .filter(Exists(buffered))
+        .exclude(id__in=skip)
         .values_list("instance_id", "id")[:100]
     )

@@ -6,6 +6,7 @@ import json
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
+from django.db.models import Q
 from django.http import Http404
 from django.template.response import TemplateResponse
 from django.utils.functional import cached_property
@@ -332,3 +333,15 @@ class ContinuationAdmin(ReadOnlyAdmin):
     list_display = ("id", "instance", "step_key", "kind", "state", "created_at", "applied_at")
     list_filter = ("state",)
     search_fields = ("=id", "=instance__id")
+
+
+@admin.register(models.Incident)
+class IncidentAdmin(ReadOnlyAdmin):
+    list_display = ("duty", "item_kind", "item_id", "instance", "error_class", "count", "last_seen_at", "resolved_at")
+    list_filter = ("duty", ("resolved_at", admin.EmptyFieldListFilter))
+    search_fields = ("=item_id", "=instance__id", "error_class")
+
+    def get_queryset(self, request):
+        # An instance's incident is seen only by those who see the instance (its definition's queues).
+        instances = scoped(request, models.WorkflowInstance.objects.all()).values("id")
+        return super().get_queryset(request).filter(Q(instance__isnull=True) | Q(instance_id__in=instances))

@@ -1,6 +1,6 @@
 """A fault at any write of any runner pass, worker transition or engine service leaves every table as it was.
 
-The runner does not catch per item: each item is one transaction, a failed write rolls it back and
+The runner does not catch a database error per item: each item is one transaction, a failed write rolls it back and
 the error leaves the pass (and ``weave_runner``); the item stays due, so the next pass handles it.
 """
 

@@ -609,6 +609,15 @@ def security_console(security_world, security_users):
             "history.Continuation": models.Continuation.objects.create(
                 instance=w.instance, step_key="$root", kind="ADVANCE"
             ).id,
+            "history.Incident": models.Incident.objects.create(
+                duty="inbox",
+                item_kind="inbox_record",
+                item_id=record.id,
+                namespace=w.namespace,
+                instance=w.instance,
+                error_class="ValueError",
+                message="m",
+            ).id,
             "auth.User": security_users.operator.pk,
             "auth.Group": Group.objects.get(name="operators").pk,
         },

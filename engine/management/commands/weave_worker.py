@@ -8,6 +8,7 @@ from django.db import connection
 
 from engine.background import Outage
 from engine.handlers import HANDLERS, claim_execute
+from engine.incidents import Item, isolated
 from engine.worker import task_claim
 from history.identity import Identity
 from history.models import Namespace, Queue, Scope
@@ -54,7 +55,10 @@ class Command(BaseCommand):
             if claim is None:
                 return False
             self.stdout.write(f"task {claim.task.id} attempt {claim.attempt.number}: {claim.task.handler}")
-            claim_execute(identity=identity, claim=claim, lease_seconds=options["lease"])
+            # A handler's exception is already a FAILED completion; anything else on this task (its
+            # completion refused, its stored input unreadable) is set aside and the worker goes on.
+            item = Item("worker", "task", claim.task.id, claim.task.source_instance_id)
+            isolated(item, lambda: claim_execute(identity=identity, claim=claim, lease_seconds=options["lease"]))
             return True
 
         if options["once"]:
