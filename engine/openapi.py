@@ -178,6 +178,7 @@ class Heartbeat(serializers.Serializer):
     task_id = schema.IdField()
     attempt_id = schema.IdField()
     lease_expires_at = schema.TimeField()
+    late = serializers.BooleanField(help_text="true: the lease was lost (nothing extended); stop the work")
 
 
 class Completion(serializers.Serializer):
@@ -186,6 +187,9 @@ class Completion(serializers.Serializer):
     revision = schema.RevisionField()
     attempt_count = schema.u32()
     max_attempts = schema.u32()
+    late = serializers.BooleanField(
+        help_text="true: the lease was lost; the result is kept as late evidence and changes nothing"
+    )
 
 
 # ---- parameters and errors ------------------------------------------------------------------

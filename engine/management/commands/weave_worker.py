@@ -54,7 +54,10 @@ class Command(BaseCommand):
             if claim is None:
                 return False
             self.stdout.write(f"task {claim.task.id} attempt {claim.attempt.number}: {claim.task.handler}")
-            claim_execute(identity=identity, claim=claim, lease_seconds=options["lease"])
+            completion = claim_execute(identity=identity, claim=claim, lease_seconds=options["lease"])
+            if completion.late:
+                # The lease was lost: the result is kept as late evidence; this work is no longer wanted.
+                self.stdout.write(f"task {claim.task.id} attempt {claim.attempt.number}: late, kept as evidence")
             return True
 
         if options["once"]:
