@@ -14,8 +14,10 @@ import pytest
 from django.apps import apps
 from django.contrib.auth.models import Group, User
 from django.db import connection
+from weave_sdk import RawJSON, WeaveClient
 
 from engine.check import invariants_check
+from engine.handlers import _heartbeat, claim_execute
 from engine.runner import pass_lease_expiry, runner_settle
 from engine.worker import task_complete, task_heartbeat
 from history import clock, exactjson
@@ -405,3 +407,45 @@ def test_a_completion_racing_lease_expiry_is_a_completion_or_late_evidence_never
     runner_settle()
     assert sum(outcomes.values()) == 6
     assert invariants_check() == []
+
+
+def test_the_worker_loop_takes_a_late_answer_as_stop_without_error(engine):
+    instance, claim = _lost_lease(engine)
+    completion = claim_execute(identity=engine.identity, claim=claim)
+    assert completion.late and _late_event(claim).result == "{}"  # demo.echo answered its input
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_heartbeat_thread_stops_on_a_late_answer(engine):
+    instance, claim = _lost_lease(engine)
+    returned = []
+
+    def beat():
+        _heartbeat(engine.identity, claim, 1, threading.Event())  # beats every third of a second
+        returned.append(True)
+
+    beats = threading.Thread(target=beat, daemon=True)
+    beats.start()
+    beats.join(timeout=10)
+    assert returned == [True]  # it returned by itself, without error: nobody set its stop event
+    assert Attempt.objects.get(pk=claim.attempt.id).state == AttemptState.UNKNOWN
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_sdk_worker_calls_answer_late_after_a_lost_lease(engine, issue_token, live_server):
+    token = issue_token(scopes=[Scope.TASKS_WORK, Scope.READ]).token
+    instance = engine.start(engine.define([task_step("a", max_attempts=3)]))
+    engine.settle()
+    with WeaveClient(live_server.url, token) as client:
+        claim = client.claim_task("payments", worker="sdk-worker", lease_seconds=5)
+        assert claim.claimed and claim.attempt.number == 1
+        assert client.heartbeat_task(claim.task.id, attempt_id=claim.attempt.id, lease_seconds=5).late is False
+        clock.advance(dt.timedelta(seconds=6))
+        engine.settle()
+        assert client.heartbeat_task(claim.task.id, attempt_id=claim.attempt.id).late is True
+        done = client.complete_task(
+            claim.task.id, attempt_id=claim.attempt.id, outcome="SUCCEEDED", result=RawJSON(PAID)
+        )
+        assert done.late is True and done.state == "NEEDS_REVIEW"
+        (attempt,) = client.get_workflow_task(instance.id, claim.task.id).task.attempts
+        assert attempt.state == "UNKNOWN" and attempt.late_evidence.result == RawJSON(PAID)
