@@ -128,25 +128,21 @@ def _task_ownership(batch: list[tuple], queue_names: dict) -> Iterator[Violation
             yield Violation("task_poll_round", "query task has no poll round under its activation", (task_id,))
 
 
+def _gaps(model, owner: str, number: str) -> Iterator[str]:
+    """Owners whose rows are not numbered exactly 1..n (the numbers are unique per owner)."""
+    rows = (
+        model.objects.values(owner)
+        .annotate(n=Count("id"), low=Min(number), high=Max(number))
+        .filter(~Q(low=1) | ~Q(high=F("n")))
+        .values_list(owner, flat=True)
+    )
+    return rows.iterator()
+
+
 def _sequences() -> Iterator[Violation]:
-    rows = (
-        Activation.objects.values("step_id")
-        .annotate(n=Count("id"), low=Min("sequence"), high=Max("sequence"))
-        .filter(~Q(low=1) | ~Q(high=F("n")))
-        .values_list("step_id", flat=True)
-    )
-    for step_id in rows.iterator():
+    for step_id in _gaps(Activation, "step_id", "sequence"):
         yield Violation("activation_sequence_gap", "activation sequences are not 1..n", (step_id,))
-
-
-def _result_sequences() -> Iterator[Violation]:
-    rows = (
-        ResultEvent.objects.values("task_id")
-        .annotate(n=Count("id"), low=Min("seq"), high=Max("seq"))
-        .filter(~Q(low=1) | ~Q(high=F("n")))
-        .values_list("task_id", flat=True)
-    )
-    for task_id in rows.iterator():
+    for task_id in _gaps(ResultEvent, "task_id", "seq"):
         yield Violation("result_sequence_gap", "result event sequences are not 1..n", (task_id,))
 
 
@@ -311,7 +307,6 @@ def _inbox() -> Iterator[Violation]:
 CHECKS = (
     _ownership,
     _sequences,
-    _result_sequences,
     _late_evidence,
     _current_is_latest,
     _waits,
