@@ -239,8 +239,8 @@ CLAIM_ERRORS = {
     **UNAVAILABLE,
 }
 ATTEMPT_ERRORS = {
-    400: "INVALID_ARGUMENT: a malformed id or command (field named); FAILED_PRECONDITION: the attempt is no longer "
-    "RUNNING (its lease is lost)",
+    400: "INVALID_ARGUMENT: a malformed id or command (field named); FAILED_PRECONDITION: the attempt already "
+    "finished (a lost lease is no error: 200 with late true)",
     **AUTH_ERRORS,
     404: "NOT_FOUND: no such task in the namespace behind an accessible queue, or no such attempt of it",
     **UNAVAILABLE,

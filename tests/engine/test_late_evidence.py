@@ -325,6 +325,25 @@ def test_the_admin_task_page_and_the_review_task_form_show_the_late_evidence(eng
     assert form.status_code == 200
     html = form.content.decode()
     assert f'id="late-{claim.attempt.id}"' in html and "reported" in html and "card &lt;declined&gt;" in html
+    # The operator concludes from it through the same form: preview shows it beside the change, confirm applies.
+    url = f"/admin/history/workflowinstance/{instance.id}/recovery/review-task/"
+    post = {
+        "expected_revision": str(engine.reload(instance).revision),
+        "reason": "the worker's late answer says the card was declined",
+        "evidence_ref": f"late-event:{event.id}",
+        "declaration": "on",
+        "idempotency_key": "admin-late-1",
+        "task_id": task.id,
+        "expected_task_revision": str(task.revision),
+        "conclusion": "FAILED",
+        "result": '{"error":"card <declined>"}',
+    }
+    preview = operator_client.post(url, post | {"_preview": "1"}).content.decode()
+    assert 'id="preview"' in preview and f'id="late-{claim.attempt.id}"' in preview
+    done = operator_client.post(url, post | {"_confirm": "1"}, follow=True)
+    assert "Review task applied" in done.content.decode()
+    assert Task.objects.get(pk=task.id).review_conclusion == "FAILED"
+    assert _late_event(claim).id == event.id and invariants_check() == []
 
 
 def test_weave_check_reports_broken_late_evidence(engine):
