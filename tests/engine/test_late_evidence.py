@@ -361,6 +361,27 @@ def test_weave_check_reports_broken_late_evidence(engine):
     assert codes["result_sequence_gap"] == 1 and codes["result_event_record"] == 1
 
 
+def test_a_late_event_whose_record_is_somehow_pending_is_still_only_recorded_by_the_runner(engine):
+    instance = engine.start(engine.define([task_step("a")]))
+    engine.settle()
+    claim = engine.claim(lease_seconds=5)
+    clock.advance(dt.timedelta(seconds=6))
+    assert pass_lease_expiry() == 1  # the UNKNOWN record is not consumed yet: the activation is still ACTIVE
+    _complete(engine, claim)
+    unknown = InboxRecord.objects.get(task_id=claim.task.id, state=InboxState.PENDING)
+    late = InboxRecord.objects.get(source_id=_late_event(claim).id)
+    # Pending and ahead of the UNKNOWN record: the consumer meets it first, with the activation in flight.
+    InboxRecord.objects.filter(pk=late.id).update(
+        state=InboxState.PENDING, disposition="", consumed_at=None, created_at=unknown.created_at - dt.timedelta(1)
+    )
+    engine.settle()
+    late.refresh_from_db()
+    assert (late.state, late.disposition) == (InboxState.CONSUMED, Disposition.LATE_RECORDED)
+    step = Step.objects.get(instance=instance, key="a")
+    assert step.state == "NEEDS_REVIEW" and step.output is None  # the UNKNOWN decided, the late answer did not
+    assert Activation.objects.get(pk=claim.task.source_activation_id).state == ActivationState.NEEDS_REVIEW
+
+
 def test_weave_check_reports_two_late_events_of_one_attempt(engine):
     instance, claim = _lost_lease(engine)
     _complete(engine, claim)
@@ -378,6 +399,21 @@ def test_weave_check_reports_two_late_events_of_one_attempt(engine):
     )
     codes = Counter(v.code for v in invariants_check())
     assert codes["late_event_repeated"] == 1 and codes["result_sequence_gap"] == 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "mysql", reason="real row locks: the MariaDB lane")
+def test_two_late_reports_of_one_attempt_at_once_keep_one_event(engine):
+    instance, claim = _lost_lease(engine)
+    answers = []
+
+    def report():
+        answers.append(_complete(engine, claim))
+
+    _threads(report, report, report)
+    assert [a.late for a in answers] == [True, True, True]
+    assert ResultEvent.objects.filter(task_id=claim.task.id, late=True).count() == 1
+    assert invariants_check() == []
 
 
 @pytest.mark.django_db(transaction=True)
