@@ -169,12 +169,14 @@ class TaskHeartbeatView(APIView):
         responses=schema.responses(openapi.Heartbeat, errors=openapi.ATTEMPT_ERRORS),
     )
     def post(self, request, task_id):
-        attempt = task_heartbeat(identity=request.auth, task_id=id_argument(task_id, "task_id"), command=request.data)
+        beat = task_heartbeat(identity=request.auth, task_id=id_argument(task_id, "task_id"), command=request.data)
+        attempt = beat.attempt
         return Response(
             {
                 "task_id": attempt.task_id,
                 "attempt_id": attempt.id,
                 "lease_expires_at": rfc3339(attempt.lease_expires_at),
+                "late": beat.late,
             }
         )
 
@@ -192,7 +194,8 @@ class TaskCompleteView(APIView):
         responses=schema.responses(openapi.Completion, errors=openapi.ATTEMPT_ERRORS),
     )
     def post(self, request, task_id):
-        task = task_complete(identity=request.auth, task_id=id_argument(task_id, "task_id"), command=request.data)
+        completion = task_complete(identity=request.auth, task_id=id_argument(task_id, "task_id"), command=request.data)
+        task = completion.task
         return Response(
             {
                 "task_id": task.id,
@@ -200,5 +203,6 @@ class TaskCompleteView(APIView):
                 "revision": str(task.revision),
                 "attempt_count": task.attempt_count,
                 "max_attempts": task.max_attempts,
+                "late": completion.late,
             }
         )

@@ -17,6 +17,7 @@ from history.models import (
     Application,
     Attempt,
     AttemptState,
+    Disposition,
     Gate,
     InboxRecord,
     InboxSource,
@@ -25,6 +26,7 @@ from history.models import (
     PollRound,
     Queue,
     ResultEvent,
+    ResultKind,
     Signal,
     Step,
     StepKind,
@@ -126,15 +128,45 @@ def _task_ownership(batch: list[tuple], queue_names: dict) -> Iterator[Violation
             yield Violation("task_poll_round", "query task has no poll round under its activation", (task_id,))
 
 
-def _sequences() -> Iterator[Violation]:
+def _gaps(model, owner: str, number: str) -> Iterator[str]:
+    """Owners whose rows are not numbered exactly 1..n (the numbers are unique per owner)."""
     rows = (
-        Activation.objects.values("step_id")
-        .annotate(n=Count("id"), low=Min("sequence"), high=Max("sequence"))
+        model.objects.values(owner)
+        .annotate(n=Count("id"), low=Min(number), high=Max(number))
         .filter(~Q(low=1) | ~Q(high=F("n")))
-        .values_list("step_id", flat=True)
+        .values_list(owner, flat=True)
     )
-    for step_id in rows.iterator():
+    return rows.iterator()
+
+
+def _sequences() -> Iterator[Violation]:
+    for step_id in _gaps(Activation, "step_id", "sequence"):
         yield Violation("activation_sequence_gap", "activation sequences are not 1..n", (step_id,))
+    for task_id in _gaps(ResultEvent, "task_id", "seq"):
+        yield Violation("result_sequence_gap", "result event sequences are not 1..n", (task_id,))
+
+
+def _late_evidence() -> Iterator[Violation]:
+    """A late event is a RESULT of one UNKNOWN attempt of its task, once, whose record is only LATE_RECORDED."""
+    late = ResultEvent.objects.filter(late=True)
+    for batch in _batches(late, "id", "task_id", "attempt_id", "kind", "outcome"):
+        attempts = _by_id(Attempt, (row[2] for row in batch), "task_id", "state")
+        records = {
+            source_id: (state, disposition)
+            for source_id, state, disposition in InboxRecord.objects.filter(
+                source_kind=InboxSource.RESULT_EVENT, source_id__in=[row[0] for row in batch]
+            ).values_list("source_id", "state", "disposition")
+        }
+        for event_id, task_id, attempt_id, kind, outcome in batch:
+            if attempts.get(attempt_id) != (task_id, AttemptState.UNKNOWN):
+                yield Violation("late_event_attempt", "late event names no UNKNOWN attempt of its task", (event_id,))
+            if kind != ResultKind.RESULT or outcome not in ("SUCCEEDED", "FAILED"):
+                yield Violation("late_event_kind", f"late event is {kind} {outcome}, not a completion", (event_id,))
+            if records.get(event_id) != (InboxState.CONSUMED, Disposition.LATE_RECORDED):
+                yield Violation("late_event_record", "late event's record is not consumed LATE_RECORDED", (event_id,))
+    repeated = late.values("attempt_id").annotate(n=Count("id")).filter(n__gt=1)
+    for attempt_id, count in repeated.values_list("attempt_id", "n").iterator():
+        yield Violation("late_event_repeated", f"{count} late events of one attempt", (attempt_id or "",))
 
 
 def _current_is_latest() -> Iterator[Violation]:
@@ -275,6 +307,7 @@ def _inbox() -> Iterator[Violation]:
 CHECKS = (
     _ownership,
     _sequences,
+    _late_evidence,
     _current_is_latest,
     _waits,
     _retry_chain,

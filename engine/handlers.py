@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import connection
 
-from engine.worker import Claim, task_complete, task_heartbeat
+from engine.worker import Claim, Completion, task_complete, task_heartbeat
 from history import exactjson
 from history.identity import Identity
 
@@ -89,12 +89,13 @@ def context_of(claim: Claim) -> TaskContext:
     )
 
 
-def claim_execute(*, identity: Identity, claim: Claim, lease_seconds: int = 30) -> None:
+def claim_execute(*, identity: Identity, claim: Claim, lease_seconds: int = 30) -> Completion:
     """Run the claimed task's handler and complete the attempt with its answer.
 
     An unknown handler or a handler that raises is a retryable FAILED (the attempt budget
     decides whether it runs again). Heartbeating handlers get their lease renewed every third
-    of it while they run.
+    of it while they run, until an answer says ``late`` (the lease was lost: the work is no
+    longer wanted). A ``late`` completion was kept as evidence only; it is no error.
     """
     handler = HANDLERS.get(claim.task.handler)
     stop = threading.Event()
@@ -115,7 +116,7 @@ def claim_execute(*, identity: Identity, claim: Claim, lease_seconds: int = 30) 
         answer = HandlerResult("FAILED", {"error": type(exc).__name__, "message": str(exc)[:500]}, True)
     finally:
         stop.set()
-    task_complete(
+    return task_complete(
         identity=identity,
         task_id=claim.task.id,
         command={
@@ -130,10 +131,12 @@ def claim_execute(*, identity: Identity, claim: Claim, lease_seconds: int = 30) 
 def _heartbeat(identity: Identity, claim: Claim, lease_seconds: int, stop: threading.Event) -> None:
     try:
         while not stop.wait(lease_seconds / 3):
-            task_heartbeat(
+            beat = task_heartbeat(
                 identity=identity,
                 task_id=claim.task.id,
                 command={"attempt_id": claim.attempt.id, "lease_seconds": lease_seconds},
             )
+            if beat.late:
+                return
     finally:
         connection.close()

@@ -2,7 +2,8 @@
 
 One transaction per record. The record's sources are validated first (ownership both ways,
 namespace, fixed queue); a broken relation is corruption: the record is QUARANTINED and the
-instance enters review. A record for a non-current activation is only LATE_RECORDED.
+instance enters review. A record for a non-current activation is only LATE_RECORDED, and so is
+late evidence (a report of an attempt that lost its lease), which is written that way.
 """
 
 import datetime as dt
@@ -185,6 +186,10 @@ def _apply_result(
 ) -> Disposition:
     step, activation, _, task = _lock_step_rows(locks, step, activation, task)
     locks.lock_one(Level.INBOX, record.id)
+    if event.late:
+        # Late evidence is written already LATE_RECORDED; should its record ever be pending, it
+        # is still only recorded: a report of a lost lease never changes state.
+        return Disposition.LATE_RECORDED
     current = step.current_activation_id == activation.id and graph.instance.state not in FINISHED
     if event.kind == ResultKind.REVIEWED:
         if not current:

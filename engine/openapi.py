@@ -178,6 +178,7 @@ class Heartbeat(serializers.Serializer):
     task_id = schema.IdField()
     attempt_id = schema.IdField()
     lease_expires_at = schema.TimeField()
+    late = serializers.BooleanField(help_text="true: the lease was lost (nothing extended); stop the work")
 
 
 class Completion(serializers.Serializer):
@@ -186,6 +187,9 @@ class Completion(serializers.Serializer):
     revision = schema.RevisionField()
     attempt_count = schema.u32()
     max_attempts = schema.u32()
+    late = serializers.BooleanField(
+        help_text="true: the lease was lost; the result is kept as late evidence and changes nothing"
+    )
 
 
 # ---- parameters and errors ------------------------------------------------------------------
@@ -235,8 +239,8 @@ CLAIM_ERRORS = {
     **UNAVAILABLE,
 }
 ATTEMPT_ERRORS = {
-    400: "INVALID_ARGUMENT: a malformed id or command (field named); FAILED_PRECONDITION: the attempt is no longer "
-    "RUNNING (its lease is lost)",
+    400: "INVALID_ARGUMENT: a malformed id or command (field named); FAILED_PRECONDITION: the attempt already "
+    "finished (a lost lease is no error: 200 with late true)",
     **AUTH_ERRORS,
     404: "NOT_FOUND: no such task in the namespace behind an accessible queue, or no such attempt of it",
     **UNAVAILABLE,

@@ -2,8 +2,9 @@
 
 The lease is enforced by the runner's lease-expiry pass: until that pass turns a RUNNING
 attempt UNKNOWN, its worker still owns it (a heartbeat extends it, a completion is accepted);
-afterwards both are refused. The attempt row under the task lock decides, so a completion
-racing the expiry yields exactly one outcome.
+afterwards both are answered ``late``: the completion is kept as late evidence and changes
+nothing. The attempt row under the task lock decides, so a completion racing the expiry yields
+exactly one outcome: a normal completion or late evidence, never both.
 """
 
 import datetime as dt
@@ -14,7 +15,7 @@ from django.db.models import Exists, OuterRef, Q
 
 from engine.commands import command_object, id_argument, is_text
 from engine.quota import permit_release, quota_lock_for_task
-from engine.results import result_event_publish
+from engine.results import late_result_record, result_event_publish
 from engine.state import touch
 from history import clock, exactjson
 from history.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -149,19 +150,41 @@ def _owned_task(identity: Identity, task_id: str) -> Task:
     return task
 
 
-def _running_attempt(task: Task, attempt_id: str) -> Attempt:
+@dataclass(frozen=True)
+class Heartbeat:
+    attempt: Attempt
+    late: bool  # the lease was lost: the work is no longer wanted
+
+
+@dataclass(frozen=True)
+class Completion:
+    task: Task
+    late: bool  # the report came after the lease was lost: kept as evidence only
+
+
+def _reported_attempt(task: Task, attempt_id: str) -> Attempt:
+    """The attempt a worker reports on: RUNNING, or UNKNOWN (its lease was lost: the report is late).
+
+    An attempt that already finished (SUCCEEDED or FAILED) was reported once: another report is
+    refused, it is not late evidence.
+    """
     attempt = Attempt.objects.filter(pk=attempt_id, task_id=task.id).first()
     if attempt is None:
         raise NotFound(f"attempt {attempt_id} of task {task.id} not found", field="attempt_id")
-    if attempt.state != AttemptState.RUNNING:
-        raise FailedPrecondition(f"attempt {attempt_id} is {attempt.state}: its lease is lost", field="attempt_id")
+    if attempt.state not in (AttemptState.RUNNING, AttemptState.UNKNOWN):
+        raise FailedPrecondition(
+            f"attempt {attempt_id} already finished {attempt.state}: it is reported once", field="attempt_id"
+        )
     return attempt
 
 
-def task_heartbeat(*, identity: Identity, task_id: str, command: Any) -> Attempt:
+def task_heartbeat(*, identity: Identity, task_id: str, command: Any) -> Heartbeat:
     """Extend the lease of a RUNNING attempt to now + lease_seconds (never shortens it).
 
-    Command ``{attempt_id, lease_seconds?}``. An attempt the runner already expired is refused.
+    Command ``{attempt_id, lease_seconds?}``. An attempt whose lease the runner already expired
+    (UNKNOWN) is answered ``late`` so its worker stops, and nothing is written: a heartbeat says
+    only that the work is still running, which the UNKNOWN attempt already allows for, and an
+    operator needs the completion, not each beat. A finished attempt is refused.
     """
     identity.require_scope(Scope.TASKS_WORK)
     command = command_object(command, allowed=("attempt_id", "lease_seconds"))
@@ -169,13 +192,15 @@ def task_heartbeat(*, identity: Identity, task_id: str, command: Any) -> Attempt
     lease = _lease_seconds(command)
     task = _owned_task(identity, task_id)
 
-    def beat() -> Attempt:
+    def beat() -> Heartbeat:
         locks = LockSet()
         locks.lock_one(Level.TASK, task.id)
-        attempt = _running_attempt(task, attempt_id)
+        attempt = _reported_attempt(task, attempt_id)
+        if attempt.state == AttemptState.UNKNOWN:
+            return Heartbeat(attempt=attempt, late=True)
         attempt.lease_expires_at = max(attempt.lease_expires_at, clock.now() + dt.timedelta(seconds=lease))
         attempt.save(update_fields=["lease_expires_at"])
-        return attempt
+        return Heartbeat(attempt=attempt, late=False)
 
     return atomic_with_retry(beat)
 
@@ -194,13 +219,19 @@ def _completion(command: dict) -> tuple[str, str, bool]:
     return outcome, exactjson.dumps(command["result"]), retryable
 
 
-def task_complete(*, identity: Identity, task_id: str, command: Any) -> Task:
+def task_complete(*, identity: Identity, task_id: str, command: Any) -> Completion:
     """Finish a RUNNING attempt with SUCCEEDED or FAILED (retryable?).
 
     Command ``{attempt_id, outcome, result, retryable?}``. A retryable failure with attempts and
     time left requeues the task (no result event: the attempt row keeps the failure). Otherwise
     the task is terminal: its permit is released and a RESULT event (with its inbox record) is
     written last.
+
+    An attempt whose lease was lost (UNKNOWN; its task in review, or by now reviewed and its
+    activation superseded by a retry) is answered ``late``: its report is kept as a late RESULT
+    event naming the attempt, with an inbox record already LATE_RECORDED, and no task, attempt,
+    activation, step, instance, permit or revision changes. Reporting it again is answered the
+    same and writes nothing. A finished attempt is refused.
     """
     identity.require_scope(Scope.TASKS_WORK)
     command = command_object(command, allowed=("attempt_id", "outcome", "result", "retryable"))
@@ -208,12 +239,15 @@ def task_complete(*, identity: Identity, task_id: str, command: Any) -> Task:
     outcome, result, retryable = _completion(command)
     task = _owned_task(identity, task_id)
 
-    def complete() -> Task:
+    def complete() -> Completion:
         locks = LockSet()
         quota = quota_lock_for_task(locks=locks, task=task)
         instance = locks.lock_one(Level.INSTANCE, task.source_instance_id)
         locked = locks.lock_one(Level.TASK, task.id)
-        attempt = _running_attempt(locked, attempt_id)
+        attempt = _reported_attempt(locked, attempt_id)
+        if attempt.state == AttemptState.UNKNOWN:
+            late_result_record(locks=locks, task=locked, attempt=attempt, outcome=outcome, result=result)
+            return Completion(task=locked, late=True)
         now = clock.now()
         attempt.state = outcome
         attempt.finished_at = now
@@ -238,7 +272,7 @@ def task_complete(*, identity: Identity, task_id: str, command: Any) -> Task:
             touch(instance, now)
         if not requeue:
             result_event_publish(locks=locks, task=locked, kind=ResultKind.RESULT, outcome=outcome, result=result)
-        return locked
+        return Completion(task=locked, late=False)
 
     return atomic_with_retry(complete)
 

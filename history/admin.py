@@ -8,6 +8,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Q
 from django.http import Http404
+from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
@@ -16,6 +17,7 @@ from history import models
 from history.console import instance_page, visible_rows
 from history.graph import step_graph_svg
 from history.identity import identity_of_user
+from history.selectors.instances import task_attempts
 
 admin.site.site_header = "Weave operations"
 admin.site.site_title = "Weave operations"
@@ -204,10 +206,16 @@ class TaskAdmin(ReadOnlyAdmin):
     list_filter = ("state", QueueFilter, ("created_at", admin.DateFieldListFilter))
     search_fields = ("=id", "=business_key", "=source_instance__id")
     ordering = ("-created_at",)
+    readonly_fields = ("execution_history",)
 
     @admin.display(description="queue")
     def queue_name(self, obj):
         return queue_name(obj.queue_id)
+
+    @admin.display(description="attempts and late evidence")
+    def execution_history(self, obj):
+        """Each attempt with what its worker reported after the lease was lost, if anything."""
+        return render_to_string("admin/history/task/attempts.html", {"attempts": task_attempts(obj.id)})
 
 
 @functools.lru_cache(maxsize=4096)

@@ -20,6 +20,7 @@ from history.admin import WorkflowInstanceAdmin
 from history.errors import Aborted, WeaveError
 from history.identity import identity_of_user
 from history.models import Step, Task, WorkflowInstance
+from history.selectors.instances import task_attempts
 from recovery.eligibility import instance_eligibility, operation_preview
 from recovery.forms import DECLARATIONS, OPERATION_FORMS, form_command, fresh_key, hidden_copy, recovery_form_class
 from recovery.operations import SERVICES
@@ -231,7 +232,10 @@ class RecoveryInstanceAdmin(WorkflowInstanceAdmin):
         task = Task.objects.filter(
             source_instance_id=instance.id, id=data.get("task_id") or data.get("task", "")
         ).first()
-        return {"step": step, "task": task}
+        # The task's attempts with any late evidence beside the UNKNOWN one: what its worker reported
+        # after the lease was lost is what the operator verifies the outcome against.
+        attempts = task_attempts(task.id) if task is not None else []
+        return {"step": step, "task": task, "attempts": attempts}
 
     def _done(self, request, spec, receipt) -> None:
         data = receipt.data

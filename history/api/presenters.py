@@ -243,6 +243,12 @@ def attempt_item(attempt: Attempt) -> dict:
     _time(data, "lease_expires_at", attempt.lease_expires_at)
     _time(data, "finished_at", attempt.finished_at)
     _exact(data, "result", attempt.result)
+    evidence = getattr(attempt, "late_evidence", None)
+    if evidence is not None:
+        late = {"event_id": evidence.event_id, "seq": evidence.seq, "outcome": evidence.outcome}
+        _exact(late, "result", evidence.result)
+        late["recorded_at"] = format_time(evidence.recorded_at)
+        data["late_evidence"] = late
     return data
 
 

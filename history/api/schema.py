@@ -353,6 +353,14 @@ class InstanceDetail(serializers.Serializer):
     eligibility = serializers.DictField(help_text="which recovery operations are possible now, and why not")
 
 
+class LateEvidence(serializers.Serializer):
+    event_id = IdField(help_text="the late RESULT event in the task's result stream")
+    seq = u32()
+    outcome = serializers.CharField(help_text="SUCCEEDED or FAILED, as the worker reported it")
+    result = ExactJSONField(required=False)
+    recorded_at = TimeField()
+
+
 class AttemptItem(serializers.Serializer):
     id = IdField()
     number = u32()
@@ -362,6 +370,10 @@ class AttemptItem(serializers.Serializer):
     lease_expires_at = TimeField(required=False)
     finished_at = TimeField(required=False)
     result = ExactJSONField(required=False)
+    late_evidence = LateEvidence(
+        required=False,
+        help_text="the completion its worker reported after the lease was lost: recorded, never applied",
+    )
 
 
 class TaskBody(serializers.Serializer):

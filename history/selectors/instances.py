@@ -1,14 +1,15 @@
 """One workflow instance with its steps' current views, and one task's execution history."""
 
+import datetime as dt
 from dataclasses import dataclass
 
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Subquery
 
 from history.eligibility import eligibility_for
 from history.errors import NotFound, Unavailable
 from history.identity import Identity
 from history.ids import ROOT_STEP_KEY
-from history.models import Activation, Attempt, PollRound, Step, StepKind, Task, WorkflowInstance
+from history.models import Activation, Attempt, PollRound, ResultEvent, Step, StepKind, Task, WorkflowInstance
 from history.selectors.access import fixed_queue_id, instance_get_readable
 from history.selectors.steps import StepView, step_views
 
@@ -19,6 +20,17 @@ class InstanceDetail:
     namespace: str
     steps: list[StepView]
     eligibility: dict
+
+
+@dataclass(frozen=True)
+class LateEvidence:
+    """A completion reported after its attempt's lease was lost: kept for the operator, applied to nothing."""
+
+    event_id: str
+    seq: int
+    outcome: str
+    result: str | None
+    recorded_at: dt.datetime
 
 
 @dataclass(frozen=True)
@@ -81,5 +93,18 @@ def task_get(*, identity: Identity, instance_id: str, task_id: str) -> TaskDetai
         raise Unavailable(f"activation {activation.id} does not name task {task.id} back")
     if task.queue_id != fixed_queue_id(instance=instance, step=step):
         raise Unavailable(f"task {task.id} is not on the fixed queue of step {step.key!r}")
-    attempts = list(Attempt.objects.filter(task_id=task.id).order_by("number"))
-    return TaskDetail(instance=instance, step=step, activation=activation, task=task, attempts=attempts)
+    return TaskDetail(instance=instance, step=step, activation=activation, task=task, attempts=task_attempts(task.id))
+
+
+_LATE_FIELDS = {"id": "event_id", "seq": "seq", "outcome": "outcome", "result": "result", "created_at": "recorded_at"}
+
+
+def task_attempts(task_id: str) -> list[Attempt]:
+    """The task's attempts by number, each with ``late_evidence`` (a LateEvidence or None), in one query."""
+    late = ResultEvent.objects.filter(task_id=task_id, attempt_id=OuterRef("pk"), late=True).order_by("seq")
+    columns = {f"late_{name}": Subquery(late.values(column)[:1]) for column, name in _LATE_FIELDS.items()}
+    attempts = list(Attempt.objects.filter(task_id=task_id).annotate(**columns).order_by("number"))
+    for attempt in attempts:
+        values = {name: getattr(attempt, f"late_{name}") for name in _LATE_FIELDS.values()}
+        attempt.late_evidence = LateEvidence(**values) if values["event_id"] is not None else None
+    return attempts

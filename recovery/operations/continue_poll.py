@@ -64,7 +64,7 @@ def _pending_carrier(ctx: Context, history: StepHistory) -> ResultEvent:
     current = history.current
     event = (
         ResultEvent.objects.filter(task_id=current.last_task_id, kind__in=[ResultKind.RESULT, ResultKind.REVIEWED])
-        .filter(outcome="SUCCEEDED")
+        .filter(outcome="SUCCEEDED", late=False)  # late evidence was never an answer the activation took
         .order_by("-seq")
         .first()
     )

@@ -1,4 +1,4 @@
-"""Python client of the Weave API (history reads, recovery, start, signals); needs only httpx."""
+"""Python client of the Weave API (history reads, recovery, start, signals, the worker protocol); needs only httpx."""
 
 from weave_sdk.client import WeaveClient
 from weave_sdk.errors import (

@@ -13,6 +13,7 @@ from weave_sdk.exactjson import dumps, loads
 P = TypeVar("P")
 ID = re.compile(r"[0-9a-f]{32}")
 STEP_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
+QUEUE = re.compile(r"[a-z0-9][a-z0-9_.\-]{0,63}")
 IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,128}")
 MAX_LIMIT = 100
 MAX_CURSOR_BYTES = 1024
@@ -320,6 +321,44 @@ class WeaveClient:
 
     def retry_step(self, workflow_id: str, *, idempotency_key: str, command: Mapping[str, Any]) -> t.Response:
         return self.recover(workflow_id, "retry-step", idempotency_key=idempotency_key, command=command)
+
+    # Worker protocol (tasks:work). Not re-sent after a network error: they carry no Idempotency-Key.
+
+    def claim_task(self, queue: str, *, worker: str, lease_seconds: int | None = None) -> t.Claim:
+        """Lease the highest-priority claimable task of ``queue``; ``claimed`` false when there is none."""
+        if not isinstance(queue, str) or not queue.isascii() or QUEUE.fullmatch(queue) is None:
+            raise InvalidArgument("INVALID_ARGUMENT", "queue must be a queue name", field="queue")
+        body: dict[str, Any] = {"worker": worker}
+        if lease_seconds is not None:
+            body["lease_seconds"] = lease_seconds
+        return t.decode(t.Claim, self._send("POST", f"/v1/queues/{queue}/claim", body=body).data)
+
+    def heartbeat_task(self, task_id: str, *, attempt_id: str, lease_seconds: int | None = None) -> t.Heartbeat:
+        """Extend the attempt's lease; ``late`` true: the lease was lost, stop the work (nothing was extended)."""
+        _check_id(task_id, "task_id")
+        body: dict[str, Any] = {"attempt_id": _check_id(attempt_id, "attempt_id")}
+        if lease_seconds is not None:
+            body["lease_seconds"] = lease_seconds
+        beat = t.decode(t.Heartbeat, self._send("POST", f"/v1/tasks/{task_id}/heartbeat", body=body).data)
+        _expect("task_id", beat.task_id, task_id)
+        _expect("attempt_id", beat.attempt_id, attempt_id)
+        return beat
+
+    def complete_task(
+        self, task_id: str, *, attempt_id: str, outcome: str, result: Any, retryable: bool = False
+    ) -> t.Completion:
+        """Finish the attempt with SUCCEEDED or FAILED.
+
+        ``late`` true: the lease had been lost; the result was kept as late evidence for the
+        operator and changed nothing: the work is no longer wanted, which is not an error.
+        """
+        _check_id(task_id, "task_id")
+        body = {"attempt_id": _check_id(attempt_id, "attempt_id"), "outcome": outcome, "result": result}
+        if retryable:
+            body["retryable"] = True
+        completion = t.decode(t.Completion, self._send("POST", f"/v1/tasks/{task_id}/complete", body=body).data)
+        _expect("task_id", completion.task_id, task_id)
+        return completion
 
     def start_workflow(self, *, idempotency_key: str, command: Mapping[str, Any]) -> t.Response:
         """POST /v1/workflows; ``data`` is the answer as JSON (client bodies as RawJSON)."""

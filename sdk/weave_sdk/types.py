@@ -239,6 +239,17 @@ class Workflow:
 
 
 @model
+class LateEvidence:
+    """What a worker reported after its attempt's lease was lost: recorded, never applied."""
+
+    event_id: str
+    seq: int
+    outcome: str
+    recorded_at: dt.datetime
+    result: RawJSON | None = None
+
+
+@model
 class Attempt:
     id: str
     number: int
@@ -248,6 +259,7 @@ class Attempt:
     lease_expires_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
     result: RawJSON | None = None
+    late_evidence: LateEvidence | None = None
 
 
 @model
@@ -283,6 +295,57 @@ class WorkflowTask:
     instance_id: str
     revision: int
     task: Task
+
+
+@model
+class ClaimedTask:
+    id: str
+    handler: str
+    priority: int
+    input: RawJSON
+    business_key: str
+    concurrency_key: str
+    revision: int
+    attempt_count: int
+    max_attempts: int
+    round: int | None = None
+    deadline_at: dt.datetime | None = None
+
+
+@model
+class ClaimedAttempt:
+    id: str
+    number: int
+    lease_expires_at: dt.datetime
+
+
+@model
+class Claim:
+    """A claim's answer: ``claimed`` false (nothing claimable) has no task and no attempt."""
+
+    claimed: bool
+    task: ClaimedTask | None = None
+    attempt: ClaimedAttempt | None = None
+
+
+@model
+class Heartbeat:
+    task_id: str
+    attempt_id: str
+    lease_expires_at: dt.datetime
+    # True: the lease was lost (nothing was extended); the work is no longer wanted, stop it.
+    late: bool
+
+
+@model
+class Completion:
+    task_id: str
+    state: str
+    revision: int
+    attempt_count: int
+    max_attempts: int
+    # True: the lease was lost; the result was kept as late evidence and changed nothing. Stop, no error.
+    late: bool
 
 
 @model

@@ -15,7 +15,6 @@ from engine.runner import pass_lease_expiry, runner_pass, runner_settle
 from engine.signals import signal_accept
 from engine.worker import task_complete
 from history import clock
-from history.errors import FailedPrecondition
 from history.locking import Level, LockSet
 from history.models import Attempt, InboxRecord, InboxState, ResultEvent, Task, TaskState
 from tests.engine.conftest import task_step
@@ -94,15 +93,12 @@ def test_a_completion_racing_lease_expiry_yields_exactly_one_outcome(engine):
         completion: list[str] = []
 
         def complete(claim=claim, completion=completion):
-            try:
-                task_complete(
-                    identity=engine.identity,
-                    task_id=claim.task.id,
-                    command={"attempt_id": claim.attempt.id, "outcome": "SUCCEEDED", "result": {"ok": True}},
-                )
-                completion.append("completed")
-            except FailedPrecondition:
-                completion.append("refused")
+            answer = task_complete(
+                identity=engine.identity,
+                task_id=claim.task.id,
+                command={"attempt_id": claim.attempt.id, "outcome": "SUCCEEDED", "result": {"ok": True}},
+            )
+            completion.append("late" if answer.late else "completed")
 
         def expire(claim=claim, completion=completion, stagger=stagger):
             threading.Event().wait(stagger)  # shifts who reaches the task lock first, so both outcomes occur
@@ -112,12 +108,14 @@ def test_a_completion_racing_lease_expiry_yields_exactly_one_outcome(engine):
         _threads(complete, expire)
         task = Task.objects.get(pk=claim.task.id)
         attempt = Attempt.objects.get(pk=claim.attempt.id)
-        events = list(ResultEvent.objects.filter(task=task).values_list("kind", flat=True))
+        events = list(ResultEvent.objects.filter(task=task).order_by("seq").values_list("kind", "late"))
         if completion == ["completed"]:
-            assert (task.state, attempt.state, events) == (TaskState.SUCCEEDED, "SUCCEEDED", ["RESULT"])
+            assert (task.state, attempt.state, events) == (TaskState.SUCCEEDED, "SUCCEEDED", [("RESULT", False)])
         else:
-            assert completion == ["refused"]
-            assert (task.state, attempt.state, events) == (TaskState.NEEDS_REVIEW, "UNKNOWN", ["UNKNOWN"])
+            # The expiry won: the completion is kept as late evidence after the UNKNOWN event.
+            assert completion == ["late"]
+            assert (task.state, attempt.state) == (TaskState.NEEDS_REVIEW, "UNKNOWN")
+            assert events == [("UNKNOWN", False), ("RESULT", True)]
         outcomes[completion[0]] += 1
     runner_settle()
     assert sum(outcomes.values()) == 4

@@ -11,7 +11,7 @@ from engine.results import result_event_publish
 from engine.runner import pass_inbox, pass_lease_expiry, runner_pass
 from engine.worker import task_claim, task_complete, task_heartbeat
 from history import clock, exactjson
-from history.errors import AlreadyExists, FailedPrecondition, PermissionDenied
+from history.errors import AlreadyExists, PermissionDenied
 from history.locking import LockSet
 from history.models import (
     Activation,
@@ -134,12 +134,12 @@ def test_heartbeat_extends_the_lease(engine):
     engine.settle()
     claim = engine.claim(lease_seconds=10)
     with clock.moved(dt.timedelta(seconds=8)):
-        attempt = task_heartbeat(
+        beat = task_heartbeat(
             identity=engine.identity,
             task_id=claim.task.id,
             command={"attempt_id": claim.attempt.id, "lease_seconds": 10},
         )
-        assert attempt.lease_expires_at > claim.attempt.lease_expires_at
+        assert beat.attempt.lease_expires_at > claim.attempt.lease_expires_at and not beat.late
     with clock.moved(dt.timedelta(seconds=12)):
         assert pass_lease_expiry() == 0
 
@@ -191,14 +191,15 @@ def test_lease_expiry_records_unknown_keeps_the_permit_and_is_never_auto_retried
         assert Task.objects.count() == 1 and engine.claim() is None
         application, _ = quota_rows()
         assert application.active_tasks == 1
-        with pytest.raises(FailedPrecondition):
-            task_heartbeat(identity=engine.identity, task_id=task.id, command={"attempt_id": claim.attempt.id})
-        with pytest.raises(FailedPrecondition):
-            task_complete(
-                identity=engine.identity,
-                task_id=task.id,
-                command={"attempt_id": claim.attempt.id, "outcome": "SUCCEEDED", "result": {}},
-            )
+        # The lost lease's worker is told its work is late (tests/engine/test_late_evidence.py: what is kept).
+        assert task_heartbeat(identity=engine.identity, task_id=task.id, command={"attempt_id": claim.attempt.id}).late
+        completion = task_complete(
+            identity=engine.identity,
+            task_id=task.id,
+            command={"attempt_id": claim.attempt.id, "outcome": "SUCCEEDED", "result": {}},
+        )
+        assert completion.late and completion.task.state == TaskState.NEEDS_REVIEW
+        assert Attempt.objects.get(task=task).state == "UNKNOWN" and quota_rows()[0].active_tasks == 1
 
 
 def test_sibling_results_are_consumed_during_review_but_start_no_new_activation(engine):

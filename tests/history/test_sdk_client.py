@@ -13,7 +13,9 @@ from weave_sdk import (
     WeaveClient,
     WeaveNetworkError,
     WeaveResponseError,
+    types,
 )
+from weave_sdk.exactjson import loads
 
 W, S, A, G = "1" * 32, "2" * 32, "3" * 32, "9" * 32
 ITEM = {
@@ -231,6 +233,55 @@ def test_a_receipt_for_another_workflow_is_an_error():
     }
     with pytest.raises(WeaveResponseError):
         client_for(Server((200, receipt))).continue_workflow(W, idempotency_key="k", command={})
+
+
+COMPLETION = {"task_id": G, "state": "NEEDS_REVIEW", "revision": "4", "attempt_count": 1, "max_attempts": 3}
+
+
+@pytest.mark.parametrize("late", [True, False])
+def test_complete_task_posts_once_and_decodes_late(late):
+    server = Server((200, COMPLETION | {"late": late}))
+    answer = client_for(server).complete_task(G, attempt_id=A, outcome="SUCCEEDED", result=RawJSON("1.10"))
+    assert (answer.late, answer.revision, answer.state) == (late, 4, "NEEDS_REVIEW")
+    assert server.requests[0].url.path == f"/v1/tasks/{G}/complete"
+    assert server.requests[0].content == f'{{"attempt_id":"{A}","outcome":"SUCCEEDED","result":1.10}}'.encode()
+    assert "Idempotency-Key" not in server.requests[0].headers
+
+
+def test_heartbeat_task_decodes_late_and_an_answer_without_late_is_a_response_error():
+    beat = {"task_id": G, "attempt_id": A, "lease_expires_at": "2026-09-18T08:00:00Z"}
+    answer = client_for(Server((200, beat | {"late": True}))).heartbeat_task(G, attempt_id=A, lease_seconds=30)
+    assert answer.late is True
+    with pytest.raises(WeaveResponseError) as info:
+        client_for(Server((200, beat))).heartbeat_task(G, attempt_id=A)
+    assert info.value.field == "data.late"
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda c: c.complete_task("x", attempt_id=A, outcome="SUCCEEDED", result=1), "task_id"),
+        (lambda c: c.complete_task(G, attempt_id="x", outcome="SUCCEEDED", result=1), "attempt_id"),
+        (lambda c: c.heartbeat_task(G, attempt_id="A" * 32), "attempt_id"),
+        (lambda c: c.claim_task("Payments", worker="w"), "queue"),
+    ],
+)
+def test_worker_calls_with_a_bad_id_or_queue_are_refused_before_sending(call, field):
+    server = Server((200, {}))
+    with pytest.raises(InvalidArgument) as info:
+        call(client_for(server))
+    assert info.value.field == field and server.requests == []
+
+
+def test_an_attempt_decodes_its_late_evidence_with_the_result_exact():
+    attempt = '{"id":"' + A + '","number":1,"worker":"w1","state":"UNKNOWN","started_at":"2026-09-18T08:00:00Z"'
+    late = '{"event_id":"' + S + '","seq":2,"outcome":"FAILED","recorded_at":"2026-09-18T08:00:05Z"'
+    late += ',"result":{"n":1.10}}'
+    decoded = types.decode(types.Attempt, loads(f'{attempt},"late_evidence":{late}}}'))
+    evidence = decoded.late_evidence
+    assert (evidence.event_id, evidence.seq, evidence.outcome) == (S, 2, "FAILED")
+    assert evidence.result == RawJSON('{"n":1.10}') and evidence.recorded_at.isoformat() == "2026-09-18T08:00:05+00:00"
+    assert types.decode(types.Attempt, loads(attempt + "}")).late_evidence is None
 
 
 def test_iter_items_walks_every_page_from_page_one():

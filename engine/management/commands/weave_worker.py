@@ -58,7 +58,12 @@ class Command(BaseCommand):
             # A handler's exception is already a FAILED completion; anything else on this task (its
             # completion refused, its stored input unreadable) is set aside and the worker goes on.
             item = Item("worker", "task", claim.task.id, claim.task.source_instance_id)
-            isolated(item, lambda: claim_execute(identity=identity, claim=claim, lease_seconds=options["lease"]))
+            completion = isolated(
+                item, lambda: claim_execute(identity=identity, claim=claim, lease_seconds=options["lease"])
+            )
+            if completion is not None and completion.late:
+                # The lease was lost: the result is kept as late evidence; this work is no longer wanted.
+                self.stdout.write(f"task {claim.task.id} attempt {claim.attempt.number}: late, kept as evidence")
             return True
 
         if options["once"]:
