@@ -79,8 +79,9 @@ def instance_start(*, identity: Identity, command: Any, idempotency_key: Any, re
     definition = _definition_of(identity=identity, command=command)
     input_text = fields.json_text("input", fields.required(command, "input", what="any JSON"))
     business_key = fields.text("business_key", command.get("business_key", ""), max_length=256, blank=True)
-    deadline_seconds = definition.spec["deadline_seconds"]
-    if "deadline_seconds" in command:
+    deadline_seconds = command.get("deadline_seconds", definition.spec["deadline_seconds"])
+    # null: no deadline at all.
+    if command.get("deadline_seconds") is not None:
         deadline_seconds = fields.integer("deadline_seconds", command["deadline_seconds"], low=1, high=MAX_SECONDS)
     now = clock.now()
     instance = WorkflowInstance(
