@@ -9,13 +9,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from engine import openapi
-from engine.commands import Receipt, id_argument, rfc3339
+from engine.commands import id_argument, rfc3339
 from engine.instances import instance_cancel, instance_pause, instance_resume, instance_start
 from engine.signals import signal_accept
 from engine.worker import task_claim, task_complete, task_heartbeat
-from history import exactjson
+from history import exactjson, idempotency
 from history.api import schema
 from history.errors import InvalidArgument
+from history.idempotency import Receipt
 from history.models import Scope
 from history.tenancy import is_name
 from weave_site.api.permissions import scope_required
@@ -23,17 +24,14 @@ from weave_site.api.request_id import request_id_of
 
 
 def _receipt_response(receipt: Receipt) -> Response:
-    response = Response(exactjson.Raw(receipt.data), status=receipt.status)
+    response = Response(exactjson.Raw(receipt.text), status=receipt.status)
     if receipt.replayed:
         response["Idempotent-Replayed"] = "true"
     return response
 
 
 def _idempotency_key(request):
-    key = request.headers.get("Idempotency-Key")
-    if key is None:
-        raise InvalidArgument("Idempotency-Key: the header is required", field="Idempotency-Key")
-    return key
+    return idempotency.key_check(request.headers.get(idempotency.HEADER))
 
 
 class WorkflowStartView(APIView):
@@ -125,7 +123,7 @@ class QueueClaimView(APIView):
     )
     def post(self, request, queue):
         if not is_name(queue):
-            raise InvalidArgument("queue: not a queue name", field="queue")
+            raise InvalidArgument("queue must be a queue name", field="queue")
         claim = task_claim(identity=request.auth, queue_name=queue, command=request.data)
         if claim is None:
             return Response({"claimed": False})

@@ -314,11 +314,18 @@ def definition_create(*, namespace_id: str, document: Any) -> WorkflowDefinition
 
 
 def contract_violation(*, step_spec: dict, value_text: str) -> str | None:
-    """Why ``value_text`` (exact JSON) breaks the step's result contract, or None when it satisfies it."""
+    """Why ``value_text`` (exact JSON) breaks the step's result contract, or None when it satisfies it.
+
+    A value beyond the JSON limits (``exactjson.JSONLimitError``: a number literal too long to
+    convert, nesting too deep) cannot be checked, so it breaks the contract.
+    """
     schema = step_spec.get("contract") or {}
     if not schema:
         return None
-    value = exactjson.to_python(exactjson.loads(value_text))
+    try:
+        value = exactjson.to_python(exactjson.loads(value_text))
+    except exactjson.JSONLimitError as exc:
+        return f"the value cannot be checked: {exc}"
     validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)(schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(value))
     return None if error is None else error.message[:500]

@@ -124,7 +124,7 @@ class _Demo:
     def start(self, definition: str, input_value, *, business_key: str = "", **extra) -> WorkflowInstance:
         command = {"definition": definition, "input": input_value, "business_key": business_key, **extra}
         receipt = instance_start(identity=self.identity, command=command, idempotency_key=self.key("start"))
-        instance = WorkflowInstance.objects.get(pk=exactjson.loads(receipt.data)["id"])
+        instance = WorkflowInstance.objects.get(pk=exactjson.loads(receipt.text)["id"])
         runner_settle()
         return instance
 

@@ -5,24 +5,14 @@ from typing import Any
 
 from engine.activation import correlation_key_of
 from engine.advance import continuation_create
-from engine.commands import (
-    Receipt,
-    command_object,
-    idempotency_key_argument,
-    instance_visible,
-    is_text,
-    reason_field,
-    receipt_run,
-    revision_field,
-    rfc3339,
-    text_field,
-)
+from engine.commands import instance_visible, rfc3339
 from engine.definitions import MAX_SECONDS
 from engine.state import FINISHED, gate_sync, touch
-from history import clock, exactjson
-from history.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
+from history import clock, fields, idempotency
+from history.errors import Aborted, FailedPrecondition, NotFound
+from history.idempotency import Receipt
 from history.identity import Identity
-from history.ids import ROOT_STEP_KEY
+from history.ids import MAX_UINT32, ROOT_STEP_KEY
 from history.locking import Level, LockSet, atomic_with_retry
 from history.models import (
     Gate,
@@ -64,14 +54,11 @@ def instance_summary(instance: WorkflowInstance, definition: WorkflowDefinition)
 
 def _definition_of(*, identity: Identity, command: dict) -> WorkflowDefinition:
     name = command.get("definition")
-    if not is_text(name) or not is_name(name):
-        raise InvalidArgument("definition: must be a definition name", field="definition")
+    if not fields.is_text(name) or not is_name(name):
+        raise fields.refuse("definition", "a definition name")
     query = WorkflowDefinition.objects.filter(namespace_id=identity.namespace_id, name=name)
     if "version" in command:
-        version = command["version"]
-        version = exactjson.to_python(version)
-        if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= 2**32 - 1:
-            raise InvalidArgument("version: must be an integer from 1 to 4294967295", field="version")
+        version = fields.integer("version", command["version"], low=1, high=MAX_UINT32)
         query = query.filter(version=version)
     definition = query.order_by("-version").first()
     if definition is None or not identity.can_access_queues(definition.queues):
@@ -87,20 +74,15 @@ def instance_start(*, identity: Identity, command: Any, idempotency_key: Any, re
     audited as ``workflow.start``. The runner's continuation pass activates the first steps.
     """
     identity.require_scope(Scope.WRITE)
-    key = idempotency_key_argument(idempotency_key)
-    command = command_object(command, allowed=START_FIELDS)
+    key = idempotency.key_check(idempotency_key)
+    command = fields.command_object(command, allowed=START_FIELDS)
     definition = _definition_of(identity=identity, command=command)
-    if "input" not in command:
-        raise InvalidArgument("input: is required (any JSON)", field="input")
-    input_text = exactjson.dumps(command["input"])
-    business_key = text_field(command, "business_key", max_length=256, required=False, blank=True)
-    deadline_seconds = exactjson.to_python(command.get("deadline_seconds", definition.spec["deadline_seconds"]))
-    if deadline_seconds is not None and (
-        isinstance(deadline_seconds, bool)
-        or not isinstance(deadline_seconds, int)
-        or not 1 <= deadline_seconds <= MAX_SECONDS
-    ):
-        raise InvalidArgument(f"deadline_seconds: an integer from 1 to {MAX_SECONDS}", field="deadline_seconds")
+    input_text = fields.json_text("input", fields.required(command, "input", what="any JSON"))
+    business_key = fields.text("business_key", command.get("business_key", ""), max_length=256, blank=True)
+    deadline_seconds = command.get("deadline_seconds", definition.spec["deadline_seconds"])
+    # null: no deadline at all.
+    if command.get("deadline_seconds") is not None:
+        deadline_seconds = fields.integer("deadline_seconds", command["deadline_seconds"], low=1, high=MAX_SECONDS)
     now = clock.now()
     instance = WorkflowInstance(
         namespace_id=identity.namespace_id,
@@ -150,8 +132,8 @@ def instance_start(*, identity: Identity, command: Any, idempotency_key: Any, re
         )
         return summary
 
-    return receipt_run(
-        identity=identity,
+    return idempotency.receipt_run(
+        namespace_id=identity.namespace_id,
         key=key,
         operation="workflow.start",
         target=definition.id,
@@ -163,9 +145,9 @@ def instance_start(*, identity: Identity, command: Any, idempotency_key: Any, re
 
 def _control(*, identity: Identity, instance_id: str, command: Any, action: str, change, request_id: str) -> dict:
     identity.require_scope(Scope.CONTROL)
-    command = command_object(command, allowed=CONTROL_FIELDS)
-    expected = revision_field(command, "expected_control_revision")
-    reason = reason_field(command, required=False)
+    command = fields.command_object(command, allowed=CONTROL_FIELDS)
+    expected = fields.revision("expected_control_revision", fields.required(command, "expected_control_revision"))
+    reason = fields.reason("reason", command["reason"]) if "reason" in command else ""
     instance, definition = instance_visible(identity=identity, instance_id=instance_id)
 
     def work() -> dict:

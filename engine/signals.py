@@ -6,24 +6,14 @@ from typing import Any
 from django.db.models import Exists, OuterRef
 
 from engine.advance import continuation_create
-from engine.commands import (
-    Receipt,
-    command_object,
-    evidence_ref_field,
-    idempotency_key_argument,
-    instance_visible,
-    is_text,
-    reason_field,
-    receipt_run,
-    rfc3339,
-    text_field,
-)
+from engine.commands import instance_visible, rfc3339
 from engine.definitions import contract_violation
 from engine.state import FINISHED, instance_enter_review, touch
-from history import clock, exactjson
+from history import clock, fields, idempotency
 from history.errors import FailedPrecondition, InvalidArgument
+from history.idempotency import Receipt
 from history.identity import Identity
-from history.ids import ROOT_STEP_KEY, is_step_key
+from history.ids import MAX_UINT32
 from history.locking import Level, LockSet
 from history.models import (
     Activation,
@@ -78,9 +68,7 @@ def _target_step(definition: WorkflowDefinition, command: dict, name: str) -> tu
                 field="target_step_key",
             )
         return matching[0]["key"], signal_spec_of(matching[0])
-    key = command["target_step_key"]
-    if not is_text(key) or key == ROOT_STEP_KEY or not is_step_key(key):
-        raise InvalidArgument("target_step_key: must be a step key of the definition", field="target_step_key")
+    key = fields.step_key("target_step_key", command["target_step_key"])
     spec = signal_spec_of(definition.step_spec(key))
     if spec is None:
         raise InvalidArgument(
@@ -100,21 +88,21 @@ def signal_accept(
     definition (400, nothing stored). Matching happens when the runner consumes the record.
     """
     identity.require_scope(Scope.WRITE)
-    key = idempotency_key_argument(idempotency_key)
-    command = command_object(command, allowed=SIGNAL_FIELDS)
-    name = text_field(command, "name", max_length=128)
-    payload_version = text_field(command, "payload_version", max_length=64)
-    if "payload" not in command:
-        raise InvalidArgument("payload: is required (any JSON)", field="payload")
-    payload = exactjson.dumps(command["payload"])
-    correlation_key = text_field(command, "correlation_key", max_length=256, blank=True)
-    sequence = exactjson.to_python(command.get("target_activation_sequence", 0))
-    if "target_activation_sequence" in command and (
-        isinstance(sequence, bool) or not isinstance(sequence, int) or not 1 <= sequence <= 2**32 - 1
-    ):
-        raise InvalidArgument("target_activation_sequence: a positive integer", field="target_activation_sequence")
-    reason = reason_field(command, required=True)
-    evidence_ref = evidence_ref_field(command)
+    key = idempotency.key_check(idempotency_key)
+    command = fields.command_object(command, allowed=SIGNAL_FIELDS)
+    name = fields.text("name", fields.required(command, "name"), max_length=128)
+    payload_version = fields.text("payload_version", fields.required(command, "payload_version"), max_length=64)
+    payload = fields.json_text("payload", fields.required(command, "payload", what="any JSON"))
+    correlation_key = fields.text(
+        "correlation_key", fields.required(command, "correlation_key"), max_length=256, blank=True
+    )
+    sequence = 0
+    if "target_activation_sequence" in command:
+        sequence = fields.integer(
+            "target_activation_sequence", command["target_activation_sequence"], low=1, high=MAX_UINT32
+        )
+    reason = fields.reason("reason", fields.required(command, "reason"))
+    evidence_ref = fields.token("evidence_ref", command["evidence_ref"]) if "evidence_ref" in command else ""
     instance, definition = instance_visible(identity=identity, instance_id=instance_id)
     step_key, spec = _target_step(definition, command, name)
 
@@ -180,8 +168,8 @@ def signal_accept(
             "expires_at": snapshot["expires_at"],
         }
 
-    return receipt_run(
-        identity=identity,
+    return idempotency.receipt_run(
+        namespace_id=identity.namespace_id,
         key=key,
         operation="workflow.signal",
         target=instance.id,

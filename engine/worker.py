@@ -13,12 +13,12 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, Q
 
-from engine.commands import command_object, id_argument, is_text
+from engine.commands import command_object, id_argument
 from engine.quota import permit_release, quota_lock_for_task
 from engine.results import late_result_record, result_event_publish
 from engine.state import touch
-from history import clock, exactjson
-from history.errors import FailedPrecondition, InvalidArgument, NotFound
+from history import clock, fields
+from history.errors import FailedPrecondition, NotFound
 from history.identity import Identity
 from history.locking import Level, LockSet, atomic_with_retry
 from history.models import (
@@ -46,17 +46,13 @@ class Claim:
 
 
 def _lease_seconds(command: dict) -> int:
-    value = exactjson.to_python(command.get("lease_seconds", DEFAULT_LEASE_SECONDS))
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LEASE_SECONDS:
-        raise InvalidArgument(f"lease_seconds: an integer from 1 to {MAX_LEASE_SECONDS}", field="lease_seconds")
-    return value
+    if "lease_seconds" not in command:
+        return DEFAULT_LEASE_SECONDS
+    return fields.integer("lease_seconds", command["lease_seconds"], low=1, high=MAX_LEASE_SECONDS)
 
 
 def _worker_name(command: dict) -> str:
-    worker = command.get("worker", "")
-    if not is_text(worker) or not 1 <= len(worker) <= 128 or not worker.isprintable():
-        raise InvalidArgument("worker: 1-128 printable characters naming the worker", field="worker")
-    return worker
+    return fields.text("worker", fields.required(command, "worker"), max_length=128)
 
 
 def _claimable(now: dt.datetime) -> Q:
@@ -206,17 +202,14 @@ def task_heartbeat(*, identity: Identity, task_id: str, command: Any) -> Heartbe
 
 
 def _completion(command: dict) -> tuple[str, str, bool]:
-    outcome = command.get("outcome")
-    if outcome not in ("SUCCEEDED", "FAILED"):
-        raise InvalidArgument("outcome: SUCCEEDED or FAILED", field="outcome")
-    if "result" not in command:
-        raise InvalidArgument("result: is required (any JSON; not null for FAILED)", field="result")
-    if outcome == "FAILED" and command["result"] is None:
-        raise InvalidArgument("result: a FAILED result carries the failure details, never null", field="result")
-    retryable = command.get("retryable", False)
-    if not isinstance(retryable, bool) or (retryable and outcome != "FAILED"):
-        raise InvalidArgument("retryable: a boolean, true only with outcome FAILED", field="retryable")
-    return outcome, exactjson.dumps(command["result"]), retryable
+    outcome = fields.choice("outcome", command.get("outcome"), ("SUCCEEDED", "FAILED"))
+    result = fields.json_text("result", fields.required(command, "result", what="any JSON; not null for FAILED"))
+    if outcome == "FAILED" and result == "null":
+        raise fields.refuse("result", "the failure details with outcome FAILED, never null")
+    retryable = fields.boolean("retryable", command.get("retryable", False))
+    if retryable and outcome != "FAILED":
+        raise fields.refuse("retryable", "false unless outcome is FAILED")
+    return outcome, result, retryable
 
 
 def task_complete(*, identity: Identity, task_id: str, command: Any) -> Completion:

@@ -51,3 +51,9 @@ class ResourceExhausted(WeaveError):
 
 class Unavailable(WeaveError):
     code, status = "UNAVAILABLE", 503
+
+
+class PayloadTooLarge(InvalidArgument):
+    """A body or stored value over its size limit: INVALID_ARGUMENT naming the field, answered 413."""
+
+    status = 413

@@ -4,10 +4,27 @@ Client inputs, outputs, results and payloads are stored as text and must come ba
 as sent: ``1.10`` stays ``1.10`` and big integers are never squeezed through a float.
 ``loads`` keeps every number as a ``Number`` holding its literal; ``dumps`` writes it
 back verbatim. ``Raw`` embeds already-serialised JSON text into a larger document.
+
+``loads`` refuses what the limits forbid (nesting deeper than ``limits.MAX_JSON_DEPTH``, a number
+literal longer than ``limits.MAX_NUMBER_CHARS``) with ``JSONLimitError``, a ``ValueError``, so
+every caller that already treats bad JSON as a client error refuses these too. ``to_python``
+never converts a literal longer than the limit (``NumberTooLong``), and nothing here recurses
+deeper than a bounded number of levels.
 """
 
 import json
+import re
+from itertools import accumulate
 from typing import Any
+
+from history import limits
+
+# What loads accepts is at most MAX_JSON_DEPTH deep; writers add a few wrapping levels
+# (receipts, fingerprints), so they allow twice that and refuse anything deeper.
+_WRITE_DEPTH = 2 * limits.MAX_JSON_DEPTH
+# A JSON string literal (escapes included), so brackets inside strings are not counted.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_BRACKET = re.compile(r"[\[\]{}]")
 
 
 class Number(str):
@@ -33,6 +50,34 @@ class DuplicateKeyError(ValueError):
     pass
 
 
+class JSONLimitError(ValueError):
+    """JSON beyond a limit of ``history.limits``: a client error, never a crash."""
+
+
+class TooDeep(JSONLimitError):
+    pass
+
+
+class NumberTooLong(JSONLimitError):
+    """A number literal longer than ``limits.MAX_NUMBER_CHARS``: it is never converted."""
+
+
+def _number(text: str) -> "Number":
+    if len(text) > limits.MAX_NUMBER_CHARS:
+        raise NumberTooLong(f"a number literal is longer than {limits.MAX_NUMBER_CHARS} characters")
+    return Number(text)
+
+
+def _depth_check(text: str) -> None:
+    """Refuse nesting deeper than MAX_JSON_DEPTH before parsing: one linear pass, brackets outside strings."""
+    brackets = _BRACKET.findall(_STRING.sub("", text))
+    if not brackets:
+        return
+    deepest = max(accumulate(1 if b in "[{" else -1 for b in brackets))
+    if deepest > limits.MAX_JSON_DEPTH:
+        raise TooDeep(f"JSON is nested deeper than {limits.MAX_JSON_DEPTH} levels")
+
+
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key, value in pairs:
@@ -47,11 +92,14 @@ def _reject_constant(name: str) -> None:
 
 
 def loads(text: str | bytes) -> Any:
-    """Parse JSON, keeping number literals exact; duplicate keys and NaN are errors."""
+    """Parse JSON, keeping number literals exact; duplicate keys, NaN and limits broken are errors."""
+    if isinstance(text, (bytes, bytearray)):
+        text = text.decode("utf-8")
+    _depth_check(text)
     return json.loads(
         text,
-        parse_float=Number,
-        parse_int=Number,
+        parse_float=_number,
+        parse_int=_number,
         parse_constant=_reject_constant,
         object_pairs_hook=_pairs,
     )
@@ -60,11 +108,17 @@ def loads(text: str | bytes) -> Any:
 def dumps(value: Any) -> str:
     """Compact JSON text; ``Number`` and ``Raw`` are written verbatim."""
     parts: list[str] = []
-    _write(value, parts)
+    _write(value, parts, 0)
     return "".join(parts)
 
 
-def _write(value: Any, out: list[str]) -> None:
+def _deeper(depth: int) -> int:
+    if depth >= _WRITE_DEPTH:
+        raise TooDeep(f"JSON is nested deeper than {_WRITE_DEPTH} levels")
+    return depth + 1
+
+
+def _write(value: Any, out: list[str], depth: int) -> None:
     if isinstance(value, Number):
         out.append(str.__str__(value))
     elif isinstance(value, Raw):
@@ -82,20 +136,22 @@ def _write(value: Any, out: list[str]) -> None:
     elif isinstance(value, float):
         out.append(json.dumps(value))
     elif isinstance(value, dict):
+        depth = _deeper(depth)
         out.append("{")
         for index, (key, item) in enumerate(value.items()):
             if index:
                 out.append(",")
             out.append(json.dumps(str(key), ensure_ascii=False))
             out.append(":")
-            _write(item, out)
+            _write(item, out, depth)
         out.append("}")
     elif isinstance(value, (list, tuple)):
+        depth = _deeper(depth)
         out.append("[")
         for index, item in enumerate(value):
             if index:
                 out.append(",")
-            _write(item, out)
+            _write(item, out, depth)
         out.append("]")
     else:
         raise TypeError(f"{type(value).__name__} is not JSON serialisable")
@@ -103,26 +159,46 @@ def _write(value: Any, out: list[str]) -> None:
 
 def canonical(value: Any) -> str:
     """Sorted-key compact text, for fingerprints and digests."""
+    return _canonical(value, 0)
+
+
+def _canonical(value: Any, depth: int) -> str:
     if isinstance(value, dict):
+        depth = _deeper(depth)
         return (
             "{"
-            + ",".join(json.dumps(str(k), ensure_ascii=False) + ":" + canonical(value[k]) for k in sorted(value))
+            + ",".join(
+                json.dumps(str(k), ensure_ascii=False) + ":" + _canonical(value[k], depth) for k in sorted(value)
+            )
             + "}"
         )
     if isinstance(value, (list, tuple)):
-        return "[" + ",".join(canonical(v) for v in value) + "]"
+        depth = _deeper(depth)
+        return "[" + ",".join(_canonical(v, depth) for v in value) + "]"
     return dumps(value)
 
 
 def to_python(value: Any) -> Any:
-    """Plain Python values (int/float) for validation, e.g. by jsonschema."""
+    """Plain Python values (int/float) for validation, e.g. by jsonschema.
+
+    A literal longer than ``limits.MAX_NUMBER_CHARS`` raises ``NumberTooLong`` (a ``ValueError``):
+    converting unbounded text is refused rather than attempted.
+    """
+    return _to_python(value, 0)
+
+
+def _to_python(value: Any, depth: int) -> Any:
     if isinstance(value, Number):
         text = str.__str__(value)
+        if len(text) > limits.MAX_NUMBER_CHARS:
+            raise NumberTooLong(f"a number literal is longer than {limits.MAX_NUMBER_CHARS} characters")
         if any(c in text for c in ".eE"):
             return float(text)
         return int(text)
     if isinstance(value, dict):
-        return {k: to_python(v) for k, v in value.items()}
+        depth = _deeper(depth)
+        return {k: _to_python(v, depth) for k, v in value.items()}
     if isinstance(value, list):
-        return [to_python(v) for v in value]
+        depth = _deeper(depth)
+        return [_to_python(v, depth) for v in value]
     return value

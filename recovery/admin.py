@@ -15,9 +15,9 @@ from django.urls import path, reverse
 
 from engine.instances import instance_cancel, instance_pause, instance_resume
 from engine.signals import signal_accept
-from history import exactjson
 from history.admin import WorkflowInstanceAdmin
 from history.errors import Aborted, WeaveError
+from history.fields import json_form_value
 from history.identity import identity_of_user
 from history.models import Step, Task, WorkflowInstance
 from history.selectors.instances import task_attempts
@@ -73,7 +73,7 @@ class SignalForm(forms.Form):
 
     def clean_payload(self):
         try:
-            return exactjson.loads(self.cleaned_data["payload"])
+            return json_form_value(self.cleaned_data["payload"])
         except ValueError as exc:
             raise forms.ValidationError(f"not valid JSON: {exc}") from None
 

@@ -16,16 +16,16 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from engine import openapi
-from history import exactjson
+from history import exactjson, idempotency
 from history.api import schema
 from history.ids import ID_PATTERN
+from history.limits import MAX_IDEMPOTENCY_KEY
 from history.models import Scope
-from recovery.commands import MAX_IDEMPOTENCY_KEY, idempotency_key_check
 from recovery.operations import OPERATIONS, SERVICES
 from weave_site.api.permissions import scope_required
 from weave_site.api.request_id import request_id_of
 
-IDEMPOTENCY_HEADER = "Idempotency-Key"
+IDEMPOTENCY_HEADER = idempotency.HEADER
 
 
 @extend_schema_field({"type": "boolean", "enum": [True]}, component_name="Declaration")
@@ -130,7 +130,7 @@ class RecoveryView(APIView):
     schema = RecoverySchema()
 
     def post(self, request, instance_id: str):
-        key = idempotency_key_check(request.headers.get(IDEMPOTENCY_HEADER), field=IDEMPOTENCY_HEADER)
+        key = idempotency.key_check(request.headers.get(IDEMPOTENCY_HEADER))
         receipt = SERVICES[self.operation](
             identity=request.auth,
             instance_id=instance_id,

@@ -20,8 +20,9 @@ from django.db import connection
 from django.db.models import Count, Exists, F, Max, Min, Model, OuterRef, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, Collate
 
-from history import clock
+from history import clock, idempotency
 from history.errors import Aborted, FailedPrecondition, NotFound, ResourceExhausted, Unauthenticated, Unavailable
+from history.idempotency import KeyRaced, Receipt, receipt_claim, receipt_freeze, receipt_replay
 from history.identity import Identity
 from history.ids import new_id
 from history.locking import Level, LockSet, atomic_with_retry
@@ -49,8 +50,7 @@ from history.models import (
     WorkflowInstance,
     WorkflowOperation,
 )
-from recovery.commands import Command, command_fingerprint, idempotency_key_check, instance_id_check
-from recovery.receipts import KeyRaced, Receipt, receipt_claim, receipt_freeze, receipt_replay
+from recovery.commands import Command, instance_id_check
 
 _PLAIN_MODELS = {
     Level.STEP: Step,
@@ -609,9 +609,9 @@ def operation_execute(
     """Run one recovery command: validated, idempotent, checked in the SPEC order, one transaction."""
     identity.require_scope(Scope.RECOVER)
     instance_id_check(instance_id)
-    idempotency_key_check(idempotency_key)
+    idempotency.key_check(idempotency_key)
     parsed = operation.command_class.parse(command)
-    fingerprint = command_fingerprint(operation=operation.name, instance_id=instance_id, raw=command)
+    fingerprint = idempotency.fingerprint(operation=operation.name, target=instance_id, command=command)
     for _ in range(REPLAN_ATTEMPTS):
         task = operation.quota_task(identity=identity, instance_id=instance_id, command=parsed)
         try:

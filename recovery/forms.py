@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from django import forms
 
-from history import exactjson
+from history.fields import json_form_value
 from history.ids import new_id
 
 DECLARATIONS = {
@@ -97,7 +97,7 @@ class ConclusionFields(forms.Form):
     def clean_result(self):
         text = self.cleaned_data["result"]
         try:
-            return exactjson.loads(text)
+            return json_form_value(text)
         except ValueError as exc:
             raise forms.ValidationError(f"not valid JSON: {exc}") from None
 

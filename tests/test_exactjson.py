@@ -57,3 +57,49 @@ def test_a_json_number_is_never_taken_for_an_id_key_or_revision():
     assert parse_revision(number) is None and parse_revision("7") == 7
     assert not is_step_key(exactjson.loads("[12]")[0]) and is_step_key("12")
     assert not is_id(exactjson.loads("[" + "1" * 32 + "]")[0]) and is_id("1" * 32)
+
+
+def _raises(error: type, call) -> ValueError:
+    try:
+        call()
+    except error as exc:
+        assert isinstance(exc, ValueError)
+        return exc
+    raise AssertionError(f"{error.__name__} was not raised")
+
+
+def test_nesting_up_to_the_limit_is_parsed_and_one_level_more_is_refused():
+    from history.limits import MAX_JSON_DEPTH
+
+    deepest = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
+    assert exactjson.dumps(exactjson.loads(deepest)) == deepest
+    too_deep = '{"a":' * (MAX_JSON_DEPTH + 1) + "1" + "}" * (MAX_JSON_DEPTH + 1)
+    assert str(MAX_JSON_DEPTH) in str(_raises(exactjson.TooDeep, lambda: exactjson.loads(too_deep)))
+
+
+def test_a_hundred_thousand_levels_are_refused_without_recursing():
+    _raises(exactjson.TooDeep, lambda: exactjson.loads("[" * 100_000 + "]" * 100_000))
+    _raises(exactjson.TooDeep, lambda: exactjson.loads(b"[" * 100_000))
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting():
+    text = '{"a":"' + "[" * 500 + '","b":"\\"{{{{","c":[["]]]]"]]}'
+    assert exactjson.dumps(exactjson.loads(text)) == text
+
+
+def test_number_literals_longer_than_the_limit_are_refused_and_never_converted():
+    from history.limits import MAX_NUMBER_CHARS
+
+    assert exactjson.loads("9" * MAX_NUMBER_CHARS) == "9" * MAX_NUMBER_CHARS
+    for literal in ("9" * (MAX_NUMBER_CHARS + 1), "1." + "0" * MAX_NUMBER_CHARS, "9" * 5000):
+        _raises(exactjson.NumberTooLong, lambda literal=literal: exactjson.loads(f'{{"n":{literal}}}'))
+    # A value built elsewhere (not through loads) is still never converted.
+    _raises(exactjson.NumberTooLong, lambda: exactjson.to_python({"n": exactjson.Number("9" * 5000)}))
+
+
+def test_writers_refuse_nesting_built_outside_loads_instead_of_recursing():
+    value: list = []
+    for _ in range(10_000):
+        value = [value]
+    for write in (exactjson.dumps, exactjson.canonical, exactjson.to_python):
+        _raises(exactjson.TooDeep, lambda write=write: write(value))

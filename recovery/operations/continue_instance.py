@@ -10,6 +10,7 @@ deadline → refused; else RUNNING with the gate open unless paused, and a root 
 from dataclasses import dataclass
 
 from history.errors import FailedPrecondition
+from history.idempotency import Receipt
 from history.identity import Identity
 from history.ids import ROOT_STEP_KEY
 from history.models import (
@@ -26,7 +27,6 @@ from history.models import (
 )
 from recovery.commands import ContinueCommand
 from recovery.common import Context, Effect, Operation, Plan, bump, operation_execute, step_conclusion
-from recovery.receipts import Receipt
 
 CONTINUATION_KIND = "CONTINUE"
 

@@ -9,6 +9,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from history.errors import FailedPrecondition, Unavailable
+from history.idempotency import Receipt
 from history.identity import Identity
 from history.models import (
     ActivationState,
@@ -35,7 +36,6 @@ from recovery.common import (
     step_decision_resolve,
     step_snapshot,
 )
-from recovery.receipts import Receipt
 
 
 @dataclass

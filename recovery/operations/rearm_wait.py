@@ -9,6 +9,7 @@ their final-signal wait). The instance review stays.
 from dataclasses import dataclass
 
 from history.errors import FailedPrecondition, Unavailable
+from history.idempotency import Receipt
 from history.identity import Identity
 from history.ids import new_id
 from history.models import Activation, ActivationState, StepKind, StepState, Wait, WaitState
@@ -28,7 +29,6 @@ from recovery.common import (
     step_decision_resolve,
     step_snapshot,
 )
-from recovery.receipts import Receipt
 
 
 @dataclass

@@ -7,6 +7,7 @@ events, waits and poll rounds are never rewritten; the instance review and any s
 from dataclasses import dataclass
 
 from history.errors import FailedPrecondition, InvalidArgument
+from history.idempotency import Receipt
 from history.identity import Identity
 from history.models import ActivationState, StepKind
 from recovery.commands import ResolveStepCommand
@@ -24,7 +25,6 @@ from recovery.common import (
     step_snapshot,
 )
 from recovery.contracts import poll_classify, result_contract_check
-from recovery.receipts import Receipt
 
 REVIEWABLE_ACTIVATION_STATES = (ActivationState.NEEDS_REVIEW, ActivationState.FAILED, ActivationState.CANCELLED)
 

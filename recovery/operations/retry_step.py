@@ -15,6 +15,7 @@ from django.db.models import BooleanField, Case, Count, Exists, F, Max, OuterRef
 from django.db.models.functions import Coalesce
 
 from history.errors import FailedPrecondition, Unavailable
+from history.idempotency import Receipt
 from history.identity import Identity
 from history.ids import new_id
 from history.locking import Level
@@ -53,7 +54,6 @@ from recovery.common import (
 )
 from recovery.operations.rearm_wait import RearmPlan, wait_generation_next, wait_rearmable
 from recovery.operations.resolve_step import step_reviewable
-from recovery.receipts import Receipt
 
 
 @dataclass

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from engine.results import result_event_publish
 from history.errors import Aborted, FailedPrecondition, NotFound, Unavailable
+from history.idempotency import Receipt
 from history.identity import Identity
 from history.ids import new_id
 from history.locking import Level
@@ -27,7 +28,6 @@ from recovery.common import (
     step_history,
     task_snapshot,
 )
-from recovery.receipts import Receipt
 
 
 @dataclass

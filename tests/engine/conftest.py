@@ -41,7 +41,7 @@ class Engine:
     def start(self, definition, input=None, **command):
         command = {"definition": definition.name, "version": definition.version, "input": input or {}, **command}
         receipt = instance_start(identity=self.identity, command=command, idempotency_key=f"start-{next(_keys)}")
-        return WorkflowInstance.objects.get(pk=exactjson.loads(receipt.data)["id"])
+        return WorkflowInstance.objects.get(pk=exactjson.loads(receipt.text)["id"])
 
     def claim(self, queue="payments", lease_seconds=30):
         return task_claim(
