@@ -8,9 +8,11 @@ import secrets
 import socket
 import subprocess
 import sys
+import time
 from io import StringIO
 from pathlib import Path
 
+import httpx
 import pytest
 from axes.models import AccessAttempt
 from django.core.management import call_command
@@ -59,6 +61,35 @@ def test_the_wsgi_server_refuses_to_start_without_a_secret_key():
     done = _run(*server, "--workers", "1", "--graceful-timeout", "1")
     assert done.returncode != 0
     assert "WEAVE_SECRET_KEY is not set" in done.stderr
+
+
+def test_a_server_the_tests_start_inherits_the_run_key():
+    """The subprocesses the suite starts (gunicorn in tests/reliability/load.py) get the test run's key."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "weave_site.wsgi:application", "--bind", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        env={**os.environ},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/admin/login/", timeout=5)
+                break
+            except httpx.TransportError:
+                assert server.poll() is None and time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.2)
+        assert answer.status_code == 200
+        assert "Content-Security-Policy" in answer.headers
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
 
 
 def test_the_settings_module_holds_no_key():
