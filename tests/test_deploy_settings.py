@@ -242,7 +242,7 @@ LIMIT = 5
 def logins(db, settings):
     from django.contrib.auth.models import User
 
-    settings.AXES_FAILURE_LIMIT = LIMIT
+    assert settings.AXES_FAILURE_LIMIT == LIMIT
     for name in ("alice", "bob", "carol"):
         User.objects.create_user(name, password=f"{name}-right-password", is_staff=True)
 
@@ -251,6 +251,9 @@ def _login(username: str, password: str, address: str) -> tuple[int, bool]:
     """(status, logged in?) of one admin login from ``address``."""
     browser = Client(REMOTE_ADDR=address)
     response = browser.post("/admin/login/?next=/admin/", {"username": username, "password": password})
+    if response.status_code == 429:
+        # The refusal names the limit and the cool-off.
+        assert f"({LIMIT} within 15 minutes)" in response.content.decode()
     return response.status_code, "_auth_user_id" in browser.session
 
 

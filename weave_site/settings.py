@@ -128,7 +128,12 @@ AUTHENTICATION_BACKENDS = [
 ]
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_FAILURE_LIMIT = int(os.environ.get("WEAVE_LOGIN_FAILURE_LIMIT", 5))
-AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("WEAVE_LOGIN_COOLOFF_MINUTES", 15)))
+_cooloff_minutes = int(os.environ.get("WEAVE_LOGIN_COOLOFF_MINUTES", 15))
+AXES_COOLOFF_TIME = timedelta(minutes=_cooloff_minutes)
+AXES_COOLOFF_MESSAGE = (
+    f"Too many failed logins for this username or from this address ({AXES_FAILURE_LIMIT} within "
+    f"{_cooloff_minutes} minutes): try again {_cooloff_minutes} minutes after the last one."
+)
 AXES_RESET_ON_SUCCESS = False
 AXES_ENABLE_ADMIN = False
 AXES_CLIENT_IP_CALLABLE = "weave_site.security.client_address"
