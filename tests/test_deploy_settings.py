@@ -305,3 +305,18 @@ def test_a_locked_out_address_still_reaches_the_api_with_its_bearer_token(logins
         assert api.get("/v1/credentials/self", REMOTE_ADDR="10.0.0.7", **bearer(wrong)).status_code == 401
     # Bad tokens are the API's own refusals: they count no login failure.
     assert _login("alice", "alice-right-password", "10.0.0.7") == (302, True)
+
+
+def test_behind_a_proxy_the_address_is_the_one_the_proxy_appended(logins, settings):
+    settings.WEAVE_CLIENT_ADDRESS_META = "HTTP_X_FORWARDED_FOR"
+
+    def login(username, password, forwarded):
+        browser = Client(REMOTE_ADDR="10.9.9.9", HTTP_X_FORWARDED_FOR=forwarded)
+        return browser.post("/admin/login/", {"username": username, "password": password}).status_code
+
+    # A client varying what it puts first is still counted at the address the proxy saw.
+    for n in range(LIMIT - 1):
+        assert login(f"guess{n}", "wrong", f"192.0.2.{n}, 203.0.113.5") == 200
+    assert login("dave", "wrong", "192.0.2.77, 203.0.113.5") == 429
+    assert login("carol", "carol-right-password", "203.0.113.5") == 429
+    assert login("carol", "carol-right-password", "203.0.113.6") == 302

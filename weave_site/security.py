@@ -20,5 +20,5 @@ class ThrottledLoginBackend(AxesStandaloneBackend):
 def client_address(request) -> str | None:
     """The address a login attempt is counted against (settings.WEAVE_CLIENT_ADDRESS_META)."""
     value = request.META.get(settings.WEAVE_CLIENT_ADDRESS_META) or request.META.get("REMOTE_ADDR")
-    # A forwarded list names the client first.
-    return value.split(",")[0].strip() if value else None
+    # In a forwarded list only the last entry, appended by the proxy in front, cannot be forged by the client.
+    return value.split(",")[-1].strip() if value else None
