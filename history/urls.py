@@ -1,5 +1,5 @@
 from django.urls import path
-from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerSplitView
 
 from history.api import history_views as views
 from history.api.identity_views import CredentialSelfView
@@ -9,7 +9,7 @@ W = "workflows/<str:id>"
 urlpatterns = [
     path("credentials/self", CredentialSelfView.as_view()),
     path("openapi.json", SpectacularJSONAPIView.as_view(), name="openapi-schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="openapi-schema"), name="openapi-docs"),
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="openapi-schema"), name="openapi-docs"),
     path(f"{W}", views.InstanceDetailView.as_view()),
     path(f"{W}/steps/<str:key>/activations", views.ActivationListView.as_view()),
     path(f"{W}/steps/<str:key>/activations/<str:activation>", views.ActivationDetailView.as_view()),

@@ -6,6 +6,14 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh runtime
 export PATH="$PWD/.venv/bin:$PATH"
 mkdir -p var
+# The demo's secret key: made once, kept in var/ (never committed), readable by this user only.
+if [ -z "${WEAVE_SECRET_KEY:-}" ]; then
+  if [ ! -s var/secret_key ]; then
+    (umask 077 && python -c 'import secrets; print(secrets.token_urlsafe(50))' > var/secret_key)
+  fi
+  WEAVE_SECRET_KEY="$(cat var/secret_key)"
+  export WEAVE_SECRET_KEY
+fi
 fresh=false
 [ -n "${WEAVE_DATABASE_URL:-}" ] || [ -f var/weave.sqlite3 ] || fresh=true
 python manage.py migrate --no-input -v0
@@ -14,7 +22,7 @@ if $fresh; then
   python manage.py weave_demo
 fi
 python manage.py weave_bootstrap --namespace demo --actor operator --workflow-audit-access --recover-access \
-  --admin-user admin --group operators --group auditors
+  --admin-user admin --group operators --group auditors --reset-password
 
 # Stop the background with the server (Ctrl-C).
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT

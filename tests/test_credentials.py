@@ -122,7 +122,9 @@ def _bootstrap(*args):
 
 @pytest.mark.django_db
 def test_bootstrap_json_prints_the_credential_once():
-    summary = json.loads(_bootstrap("--namespace", "ops", "--actor", "alice", "--queues", "a,b", "--json"))
+    summary = json.loads(
+        _bootstrap("--namespace", "ops", "--actor", "alice", "--queues", "a,b", "--create-queue", "--json")
+    )
     assert set(summary) == {"token", "credential_id", "actor_id", "namespace", "scopes", "queues"}
     assert summary["queues"] == ["a", "b"]
     assert summary["scopes"] == ["tasks:work", "workflows:control", "workflows:read", "workflows:write"]

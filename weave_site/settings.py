@@ -2,19 +2,73 @@
 
 WEAVE_DATABASE_URL selects the database: an SQLite file under var/ by default,
 ``mysql://root@127.0.0.1:3306/weave`` for MariaDB/MySQL in production.
+WEAVE_SECRET_KEY is required: there is no built-in key (``make run`` makes one under var/).
+WEAVE_PROFILE=production turns on the deployment profile (HTTPS only, HSTS, secure cookies,
+explicit hosts) that ``manage.py check --deploy`` passes clean; README "Production settings profile".
 """
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONCE, NONE, SELF
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 
-SECRET_KEY = os.environ.get("WEAVE_SECRET_KEY", "weave-local-development-key-not-for-production")
+PROFILE = os.environ.get("WEAVE_PROFILE", "")
+if PROFILE not in ("", "production"):
+    raise ImproperlyConfigured(f"WEAVE_PROFILE: {PROFILE!r} is not a profile; use 'production' or leave it unset")
+PRODUCTION = PROFILE == "production"
+
+
+def _env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+# The key signs sessions, CSRF tokens and list cursors: a key known to anyone (a constant in the
+# source) would let them forge cursors, so without one the process does not start.
+SECRET_KEY = os.environ.get("WEAVE_SECRET_KEY", "")
+if not SECRET_KEY:
+    raise ImproperlyConfigured(
+        "WEAVE_SECRET_KEY is not set: export a random key of at least 50 characters "
+        "(python -c 'import secrets; print(secrets.token_urlsafe(50))'); `make run` makes one under var/"
+    )
+if PRODUCTION and (len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5):
+    raise ImproperlyConfigured(
+        "WEAVE_SECRET_KEY: at least 50 characters, not a repeated few, under WEAVE_PROFILE=production"
+    )
+
 DEBUG = os.environ.get("WEAVE_DEBUG", "") == "1"
-ALLOWED_HOSTS = [h for h in os.environ.get("WEAVE_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
+if PRODUCTION and DEBUG:
+    raise ImproperlyConfigured("WEAVE_DEBUG=1 is refused under WEAVE_PROFILE=production")
+ALLOWED_HOSTS = _env_list("WEAVE_ALLOWED_HOSTS", "" if PRODUCTION else "127.0.0.1,localhost")
+if PRODUCTION and not ALLOWED_HOSTS:
+    raise ImproperlyConfigured("WEAVE_ALLOWED_HOSTS is required under WEAVE_PROFILE=production (comma-separated)")
+CSRF_TRUSTED_ORIGINS = _env_list("WEAVE_CSRF_TRUSTED_ORIGINS")
+
+if PRODUCTION:
+    SECURE_SSL_REDIRECT = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = int(os.environ.get("WEAVE_HSTS_SECONDS", 365 * 24 * 3600))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = os.environ.get("WEAVE_HSTS_INCLUDE_SUBDOMAINS", "1") == "1"
+    SECURE_HSTS_PRELOAD = os.environ.get("WEAVE_HSTS_PRELOAD", "1") == "1"
+# Behind a TLS-terminating proxy the request arrives as plain HTTP: name the header the proxy sets
+# ("X-Forwarded-Proto: https"), and only when the proxy always sets or overwrites it.
+_proxy_ssl_header = os.environ.get("WEAVE_PROXY_SSL_HEADER", "")
+if _proxy_ssl_header:
+    _header, _, _value = _proxy_ssl_header.partition(":")
+    if not _header.strip() or not _value.strip():
+        raise ImproperlyConfigured("WEAVE_PROXY_SSL_HEADER: 'Header-Name: value', e.g. 'X-Forwarded-Proto: https'")
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + _header.strip().upper().replace("-", "_"), _value.strip())
+# Defaults restated because the tests and the README rely on them.
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -23,6 +77,8 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "axes",
+    "csp",
     "rest_framework",
     "django_filters",
     "drf_spectacular",
@@ -35,13 +91,55 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "weave_site.api.request_id.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes requires: it turns a locked-out login into its 429 answer.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Only scripts and styles served by the app itself run; our templates' few <style> blocks carry
+# the per-request nonce, and Swagger UI loads its start script from a URL (no inline script).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF, NONCE],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
+
+# Admin login throttle (django-axes): failures are counted per username and, separately, per
+# client address; at the limit that username, or that address, is refused (429) until the
+# cool-off has passed since the last failure. The API's bearer tokens never go through a login.
+AUTHENTICATION_BACKENDS = [
+    "weave_site.security.ThrottledLoginBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_FAILURE_LIMIT = int(os.environ.get("WEAVE_LOGIN_FAILURE_LIMIT", 5))
+_cooloff_minutes = int(os.environ.get("WEAVE_LOGIN_COOLOFF_MINUTES", 15))
+AXES_COOLOFF_TIME = timedelta(minutes=_cooloff_minutes)
+AXES_COOLOFF_MESSAGE = (
+    f"Too many failed logins for this username or from this address ({AXES_FAILURE_LIMIT} within "
+    f"{_cooloff_minutes} minutes): try again {_cooloff_minutes} minutes after the last one."
+)
+AXES_RESET_ON_SUCCESS = False
+AXES_ENABLE_ADMIN = False
+AXES_CLIENT_IP_CALLABLE = "weave_site.security.client_address"
+# The request.META key of the client address: REMOTE_ADDR, or behind a proxy the header it
+# always sets (e.g. HTTP_X_REAL_IP); a header a client can set itself would let it dodge the throttle.
+WEAVE_CLIENT_ADDRESS_META = os.environ.get("WEAVE_CLIENT_ADDRESS_META", "REMOTE_ADDR")
 
 ROOT_URLCONF = "weave_site.urls"
 WSGI_APPLICATION = "weave_site.wsgi.application"

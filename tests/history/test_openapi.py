@@ -102,7 +102,9 @@ def test_swagger_ui_is_served_offline_from_the_sidecar(api, db):
     page = response.content.decode()
     assert "drf_spectacular_sidecar/swagger-ui-dist" in page
     assert "cdn.jsdelivr.net" not in page and "unpkg.com" not in page
-    assert "/v1/openapi.json" in page
+    # The start script is its own URL (no inline script under the Content-Security-Policy).
+    assert '<script src="/v1/docs/?script="></script>' in page
+    assert "/v1/openapi.json" in api.get("/v1/docs/?script=").content.decode()
 
 
 def _fill_optional_fields(history_rows):
