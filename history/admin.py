@@ -74,6 +74,9 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     show_full_result_count = False
     list_per_page = 50
 
+    class Media:
+        css = {"all": ["history/console.css"]}
+
     def has_add_permission(self, request, obj=None):
         return False
 
@@ -290,7 +293,6 @@ def before_after_table(before, after):
         ),
     )
     return format_html(
-        "<style>.weave-diff tr.changed td, .weave-diff tr.changed th {{ background: #fff8e1; }}</style>"
         '<table class="weave-diff"><thead><tr><th>field</th><th>before</th><th>after</th></tr></thead>'
         "<tbody>{}</tbody></table>",
         rows,
