@@ -287,7 +287,7 @@ class _NoWait(threading.Event):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_weave_runner_loop_keeps_serving_other_instances_past_a_poisoned_item(engine, monkeypatch):
-    poisoned, healthy, record, _ = _results_poisoned(engine, DEEP)
+    poisoned, healthy, record, _ = _results_poisoned(engine, INVALID)
     passes = []
 
     def counted():
