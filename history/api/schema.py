@@ -59,6 +59,23 @@ REVISION_SCHEMA = {
 }
 
 
+_SURROGATES = "\\ud800-\\udfff"
+
+
+def portable(pattern: str) -> str:
+    """A history.limits pattern without its lone-surrogate range, which Rust and Go regex engines refuse to compile.
+
+    JSON Schema strings are Unicode text, so a lone surrogate is outside every schema string anyway: the pattern
+    stays exact over what a schema can describe (the descriptions say lone surrogates are refused).
+    """
+    assert _SURROGATES in pattern, pattern
+    return pattern.replace(_SURROGATES, "")
+
+
+TEXT_PATTERN = portable(limits.TEXT_PATTERN)
+TOKEN_PATTERN = portable(limits.TOKEN_PATTERN)
+
+
 def _character_class(pattern: str) -> str:
     """The one character class of a ``^[...]*$`` / ``^[...]+$`` pattern of history.limits."""
     match = re.fullmatch(r"\^(\[.*\])[*+]\$", pattern)
@@ -68,29 +85,28 @@ def _character_class(pattern: str) -> str:
 
 # Text of history.limits.TEXT_PATTERN holding at least one character of TOKEN_PATTERN: not blank.
 NONBLANK_TEXT_PATTERN = (
-    f"^{_character_class(limits.TEXT_PATTERN)}*{_character_class(limits.TOKEN_PATTERN)}"
-    f"{_character_class(limits.TEXT_PATTERN)}*$"
+    f"^{_character_class(TEXT_PATTERN)}*{_character_class(TOKEN_PATTERN)}{_character_class(TEXT_PATTERN)}*$"
 )
 
 
 def text_schema(*, max_length: int, blank: bool = False, description: str = "") -> dict:
     """Free text: no hidden characters (controls, bidi, zero-width, lone surrogates); not blank unless ``blank``."""
-    rule = {"pattern": limits.TEXT_PATTERN} if blank else {"minLength": 1, "pattern": NONBLANK_TEXT_PATTERN}
+    rule = {"pattern": TEXT_PATTERN} if blank else {"minLength": 1, "pattern": NONBLANK_TEXT_PATTERN}
     what = f"{'0' if blank else '1'}-{max_length} characters{'' if blank else ', not all whitespace'}, without "
-    what += "control, invisible or bidi characters"
+    what += "control, invisible or bidi characters or lone surrogates"
     description = f"{description}; {what}" if description else what
     return {"type": "string", "maxLength": max_length, **rule, "description": description}
 
 
 def token_schema(*, max_length: int, description: str = "") -> dict:
     """A token: 1..``max_length`` characters, no whitespace and no hidden characters."""
-    what = f"1-{max_length} characters without whitespace, control, invisible or bidi characters"
+    what = f"1-{max_length} characters without whitespace, control, invisible or bidi characters or lone surrogates"
     description = f"{description}; {what}" if description else what
     return {
         "type": "string",
         "minLength": 1,
         "maxLength": max_length,
-        "pattern": limits.TOKEN_PATTERN,
+        "pattern": TOKEN_PATTERN,
         "description": description,
     }
 
