@@ -533,7 +533,11 @@ def _request_schemas() -> dict[str, dict]:
     components = document["components"]["schemas"]
 
     def resolve(node):
-        return resolve(components[node["$ref"].rsplit("/", 1)[1]]) if "$ref" in node else node
+        if "$ref" in node:
+            return resolve(components[node["$ref"].rsplit("/", 1)[1]])
+        if "allOf" in node:  # a described reference: the component plus its description
+            return resolve(node["allOf"][0]) | {k: v for k, v in node.items() if k != "allOf"}
+        return node
 
     found = {}
     for path, item in document["paths"].items():
@@ -544,16 +548,13 @@ def _request_schemas() -> dict[str, dict]:
         properties = {}
         for variant in body.get("oneOf", [body]):
             for name, node in resolve(variant)["properties"].items():
-                properties.setdefault(name, resolve(node) if "$ref" in node else node)
+                properties.setdefault(name, resolve(node))
         found[path] = properties
     return found
 
 
 def _kind(node: dict) -> str:
     """json (any value), integer, boolean or string: what a field holds, per its description."""
-    if "type" not in node and "allOf" not in node:
-        return "json"
-    node = node["allOf"][0] if "allOf" in node else node
     return node.get("type", "json")
 
 
