@@ -4,19 +4,18 @@ These serializers only document (``engine.api`` renders the answers); the contra
 real commands and validate every answer against the served schema with no undocumented key.
 """
 
+import functools
+
 from drf_spectacular.extensions import OpenApiSerializerExtension
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
-from engine.commands import IDEMPOTENCY_KEY
 from engine.definitions import MAX_SECONDS
 from engine.worker import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
+from history import limits
 from history.api import schema
 from history.ids import ID_PATTERN
 from history.tenancy import NAME_PATTERN
-
-MAX_REASON = 1024
-MAX_EVIDENCE_REF = 512
 
 
 @extend_schema_field({"type": "string", "pattern": f"^{NAME_PATTERN.pattern}$"})
@@ -29,22 +28,25 @@ class ConclusionField(serializers.CharField):
     pass
 
 
+@functools.cache
+def _only(values: tuple, base: type[serializers.Field]) -> type[serializers.Field]:
+    # One class per component: the same values in two commands are one component.
+    kind = "boolean" if base is serializers.BooleanField else "string"
+    field = type("Only" + "Or".join(str(value).title() for value in values), (base,), {})
+    return extend_schema_field({"type": kind, "enum": list(values)}, component_name=field.__name__)(field)
+
+
+def only(*values, base: type[serializers.Field] = serializers.CharField, **kwargs) -> serializers.Field:
+    """A field whose only valid values are ``values`` (one variant of a command)."""
+    return _only(values, base)(**kwargs)
+
+
 def reason(**kwargs) -> serializers.CharField:
-    return serializers.CharField(
-        min_length=1,
-        max_length=MAX_REASON,
-        help_text=f"1-{MAX_REASON} characters, not all whitespace, no NUL",
-        **kwargs,
-    )
+    return schema.text_field(max_length=limits.MAX_REASON, **kwargs)
 
 
 def evidence_ref(**kwargs) -> serializers.CharField:
-    return serializers.CharField(
-        min_length=1,
-        max_length=MAX_EVIDENCE_REF,
-        help_text=f"1-{MAX_EVIDENCE_REF} characters without whitespace or control characters; never dereferenced",
-        **kwargs,
-    )
+    return schema.token_field(max_length=limits.MAX_EVIDENCE_REF, help_text="never dereferenced", **kwargs)
 
 
 def lease_seconds() -> serializers.IntegerField:
@@ -74,7 +76,7 @@ class StartCommand(Command):
     definition = NameField(help_text="a definition name of the caller's namespace")
     version = schema.u32(min_value=1, required=False, help_text="default: the latest version")
     input = schema.ExactJSONField(help_text="any JSON, stored byte-exact")
-    business_key = serializers.CharField(required=False, allow_blank=True, max_length=256)
+    business_key = schema.text_field(max_length=256, blank=True, required=False)
     deadline_seconds = serializers.IntegerField(
         min_value=1,
         max_value=MAX_SECONDS,
@@ -85,10 +87,10 @@ class StartCommand(Command):
 
 
 class SignalCommand(Command):
-    name = serializers.CharField(min_length=1, max_length=128)
-    payload_version = serializers.CharField(min_length=1, max_length=64)
+    name = schema.text_field(max_length=128)
+    payload_version = schema.text_field(max_length=64)
     payload = schema.ExactJSONField(help_text="any JSON, stored byte-exact")
-    correlation_key = serializers.CharField(allow_blank=True, max_length=256)
+    correlation_key = schema.text_field(max_length=256, blank=True)
     target_step_key = schema.StepKeyField(
         required=False,
         help_text="a SIGNAL step (or POLL step with a final signal) of the definition; required unless exactly "
@@ -105,7 +107,7 @@ class ControlCommand(Command):
 
 
 class ClaimCommand(Command):
-    worker = serializers.CharField(min_length=1, max_length=128, help_text="printable characters naming the worker")
+    worker = schema.text_field(max_length=128, help_text="printable characters naming the worker")
     lease_seconds = lease_seconds()
 
 
@@ -114,11 +116,24 @@ class HeartbeatCommand(Command):
     lease_seconds = lease_seconds()
 
 
-class CompleteCommand(Command):
+class CompleteSucceeded(Command):
     attempt_id = schema.IdField(help_text="the RUNNING attempt the claim answered")
-    outcome = ConclusionField()
-    result = schema.ExactJSONField(help_text="any JSON, stored byte-exact; not null with FAILED")
-    retryable = serializers.BooleanField(required=False, help_text="default false; true only with FAILED")
+    outcome = only("SUCCEEDED")
+    result = schema.ExactJSONField(help_text="any JSON, stored byte-exact")
+    retryable = only(False, base=serializers.BooleanField, required=False, help_text="true only with FAILED")
+
+
+class CompleteFailed(Command):
+    attempt_id = schema.IdField(help_text="the RUNNING attempt the claim answered")
+    outcome = only("FAILED")
+    result = schema.NotNullJSONField(help_text="the failure details")
+    retryable = serializers.BooleanField(required=False, help_text="default false")
+
+
+# A FAILED completion carries its details (never null) and only it may be retryable.
+CompleteCommand = PolymorphicProxySerializer(
+    component_name="CompleteCommand", serializers=[CompleteSucceeded, CompleteFailed], resource_type_field_name=None
+)
 
 
 # ---- answers -------------------------------------------------------------------------------
@@ -199,49 +214,113 @@ QUEUE = schema.path_parameter("queue", "queue name", NAME_PATTERN)
 
 
 def idempotency_key(*, status: int) -> list:
-    return schema.idempotency_key(IDEMPOTENCY_KEY, status=status)
+    return schema.idempotency_key(status=status)
 
 
 AUTH_ERRORS = {401: schema.UNAUTHENTICATED, 403: schema.PERMISSION_DENIED}
 UNAVAILABLE = {503: schema.UNAVAILABLE}
+TOO_LARGE = {413: schema.TOO_LARGE}
 WORKFLOW_NOT_FOUND = (
     "NOT_FOUND: the workflow is not in the caller's namespace or a queue of its definition is not accessible"
 )
 _KEY_REUSED = "ALREADY_EXISTS: this Idempotency-Key was used for another command"
 
 START_ERRORS = {
-    400: "INVALID_ARGUMENT: a malformed command or Idempotency-Key (field named)",
+    400: f"INVALID_ARGUMENT: a malformed command or Idempotency-Key, {schema.BODY_LIMITS} (field named)",
     **AUTH_ERRORS,
+    **TOO_LARGE,
     404: "NOT_FOUND: no such definition (version) in the namespace, or a queue of it is not accessible",
     409: _KEY_REUSED,
     **UNAVAILABLE,
 }
 SIGNAL_ERRORS = {
     400: "INVALID_ARGUMENT: a malformed id, command or Idempotency-Key, or a target that is not a signal step of "
-    "the definition (field named); FAILED_PRECONDITION: the instance is finished",
+    f"the definition, {schema.BODY_LIMITS} (field named); FAILED_PRECONDITION: the instance is finished",
     **AUTH_ERRORS,
+    **TOO_LARGE,
     404: WORKFLOW_NOT_FOUND,
     409: _KEY_REUSED,
     **UNAVAILABLE,
 }
 CONTROL_ERRORS = {
-    400: "INVALID_ARGUMENT: a malformed id or command (field named); FAILED_PRECONDITION: the instance is finished "
-    "or already in the asked state",
+    400: f"INVALID_ARGUMENT: a malformed id or command, {schema.BODY_LIMITS} (field named); FAILED_PRECONDITION: "
+    "the instance is finished or already in the asked state",
     **AUTH_ERRORS,
+    **TOO_LARGE,
     404: WORKFLOW_NOT_FOUND,
     409: "ABORTED: expected_control_revision is not the current control_revision",
     **UNAVAILABLE,
 }
 CLAIM_ERRORS = {
-    400: "INVALID_ARGUMENT: a malformed queue name or command (field named)",
+    400: f"INVALID_ARGUMENT: a malformed queue name or command, {schema.BODY_LIMITS} (field named)",
     **AUTH_ERRORS,
+    **TOO_LARGE,
     404: "NOT_FOUND: no such queue in the namespace, or it is not accessible",
     **UNAVAILABLE,
 }
 ATTEMPT_ERRORS = {
-    400: "INVALID_ARGUMENT: a malformed id or command (field named); FAILED_PRECONDITION: the attempt already "
-    "finished (a lost lease is no error: 200 with late true)",
+    400: f"INVALID_ARGUMENT: a malformed id or command, {schema.BODY_LIMITS} (field named); FAILED_PRECONDITION: "
+    "the attempt already finished (a lost lease is no error: 200 with late true)",
     **AUTH_ERRORS,
+    **TOO_LARGE,
     404: "NOT_FOUND: no such task in the namespace behind an accessible queue, or no such attempt of it",
     **UNAVAILABLE,
 }
+
+
+# ---- the whole document -----------------------------------------------------------------------
+
+# Where a client goes next with an answer: (source operation, status) → {link name: (target, parameters, body)}.
+_ID = "$response.body#/data/id"
+_CONTROL = {"expected_control_revision": "$response.body#/data/control_revision"}
+_INSTANCE_LINKS = {
+    "GetWorkflow": ("get_workflow", {"id": _ID}, None),
+    "SignalWorkflow": ("signal_workflow", {"id": _ID}, None),
+    "PauseWorkflow": ("pause_workflow", {"id": _ID}, _CONTROL),
+    "ResumeWorkflow": ("resume_workflow", {"id": _ID}, _CONTROL),
+    "CancelWorkflow": ("cancel_workflow", {"id": _ID}, _CONTROL),
+    "ListWorkflowSignals": ("list_workflow_signals", {"id": _ID}, None),
+    "ListWorkflowOperations": ("list_workflow_operations", {"id": _ID}, None),
+}
+_SIGNAL = {"id": "$response.body#/data/workflow_id", "signal": "$response.body#/data/signal_id"}
+_ATTEMPT = {"attempt_id": "$response.body#/data/attempt/id"}
+_TASK = {"task_id": "$response.body#/data/task/id"}
+LINKS = {
+    ("start_workflow", "201"): _INSTANCE_LINKS,
+    ("get_workflow", "200"): _INSTANCE_LINKS,
+    ("pause_workflow", "200"): _INSTANCE_LINKS,
+    ("resume_workflow", "200"): _INSTANCE_LINKS,
+    ("signal_workflow", "201"): {
+        "GetWorkflowSignal": ("get_workflow_signal", _SIGNAL, None),
+        "ListWorkflowSignalOperations": ("list_workflow_signal_operations", _SIGNAL, None),
+        "GetWorkflow": ("get_workflow", {"id": "$response.body#/data/workflow_id"}, None),
+    },
+    ("claim_queue_task", "200"): {
+        "HeartbeatTask": ("heartbeat_task", _TASK, _ATTEMPT),
+        "CompleteTask": ("complete_task", _TASK, _ATTEMPT),
+    },
+}
+
+
+def _link(target: str, parameters: dict, body: dict | None) -> dict:
+    link = {"operationId": target, "parameters": parameters}
+    return link if body is None else link | {"requestBody": body}
+
+
+def postprocess(result: dict, generator, request, public) -> dict:
+    """Request-body limits on every POST and the links between operations (drf-spectacular postprocessing hook)."""
+    body_rules = (
+        f"one JSON object of at most {limits.max_body_bytes()} bytes (413 beyond, before it is read), nested at most "
+        f"{limits.MAX_JSON_DEPTH} levels, number literals of at most {limits.MAX_NUMBER_CHARS} characters, no lone "
+        "surrogate in any string or key; an unknown or repeated key is a 400 naming it"
+    )
+    for item in result["paths"].values():
+        for operation in item.values():
+            if "requestBody" in operation:
+                # Every command is a body, a variant (oneOf) of one too.
+                operation["requestBody"] |= {"description": body_rules, "required": True}
+            for status, response in operation.get("responses", {}).items():
+                links = LINKS.get((operation.get("operationId"), status))
+                if links:
+                    response["links"] = {name: _link(*link) for name, link in links.items()}
+    return result

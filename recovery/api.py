@@ -6,11 +6,10 @@ byte-identical to the first answer (with a new request_id) and says ``Idempotent
 ``RecoverySchema`` describes each route as its own OpenAPI operation: its command and its errors.
 """
 
-import re
 from dataclasses import fields
 
 from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -19,7 +18,6 @@ from engine import openapi
 from history import exactjson, idempotency
 from history.api import schema
 from history.ids import ID_PATTERN
-from history.limits import MAX_IDEMPOTENCY_KEY
 from history.models import Scope
 from recovery.operations import OPERATIONS, SERVICES
 from weave_site.api.permissions import scope_required
@@ -54,18 +52,42 @@ _COMMAND_FIELDS = {
     "review_resolved": lambda: _declaration("every matter of this review has been handled"),
     "conclusion": openapi.ConclusionField,
     "result": lambda: schema.ExactJSONField(
-        help_text="any JSON, stored byte-exact: ReviewTask never null, a FAILED conclusion never null, a SUCCEEDED "
-        "ResolveStep satisfies the step's result contract (TIMER: null)"
+        help_text="any JSON, stored byte-exact; a SUCCEEDED ResolveStep satisfies the step's result contract "
+        "(TIMER: null)"
     ),
 }
-COMMANDS = {
-    name: type(
-        operation.command_class.__name__,
-        (openapi.Command,),
-        {field.name: _COMMAND_FIELDS[field.name]() for field in fields(operation.command_class)},
-    )
-    for name, operation in OPERATIONS.items()
+# Variants of a command whose fields depend on each other: ReviewTask's result is never null, and
+# neither is the result of a FAILED ResolveStep (the failure details).
+_NOT_NULL_RESULT = {"result": lambda: schema.NotNullJSONField(help_text="never null")}
+_VARIANTS = {
+    "review-task": {"": _NOT_NULL_RESULT},
+    "resolve-step": {
+        "Succeeded": {"conclusion": lambda: openapi.only("SUCCEEDED")},
+        "Failed": {"conclusion": lambda: openapi.only("FAILED"), **_NOT_NULL_RESULT},
+    },
 }
+
+
+def _command(name: str, command_class: type, overrides: dict) -> type[serializers.Serializer]:
+    made = _COMMAND_FIELDS | overrides
+    return type(name, (openapi.Command,), {field.name: made[field.name]() for field in fields(command_class)})
+
+
+def _described(operation) -> type[serializers.Serializer] | PolymorphicProxySerializer:
+    name = operation.command_class.__name__
+    variants = _VARIANTS.get(operation.name, {"": {}})
+    if len(variants) == 1:
+        return _command(name, operation.command_class, variants[""])
+    return PolymorphicProxySerializer(
+        component_name=name,
+        serializers=[
+            _command(f"{name}{suffix}", operation.command_class, overrides) for suffix, overrides in variants.items()
+        ],
+        resource_type_field_name=None,
+    )
+
+
+COMMANDS = {name: _described(operation) for name, operation in OPERATIONS.items()}
 
 
 class RecoveryReceipt(serializers.Serializer):
@@ -86,9 +108,11 @@ class RecoveryReceipt(serializers.Serializer):
 
 
 _ERRORS = {
-    400: "INVALID_ARGUMENT: a malformed id, Idempotency-Key or command (field named); FAILED_PRECONDITION: the "
-    "instance is not NEEDS_REVIEW, its inbox holds a PENDING or QUARANTINED record, or a rule of the operation",
+    400: f"INVALID_ARGUMENT: a malformed id, Idempotency-Key or command, {schema.BODY_LIMITS} (field named); "
+    "FAILED_PRECONDITION: the instance is not NEEDS_REVIEW, its inbox holds a PENDING or QUARANTINED record, or a "
+    "rule of the operation",
     **openapi.AUTH_ERRORS,
+    **openapi.TOO_LARGE,
     404: f"{openapi.WORKFLOW_NOT_FOUND}; or the referenced step, task or activation is not under this instance",
     409: "ABORTED: a revision is stale or activation_id is not the step's current one; ALREADY_EXISTS: this "
     "Idempotency-Key was used for another command",
@@ -98,8 +122,6 @@ _ERRORS = {
 # Only RetryStep creates a task, so only it can meet a full quota.
 _QUOTA_TAKERS = {"retry-step"}
 INSTANCE_ID = schema.path_parameter("instance_id", "workflow instance id", ID_PATTERN)
-# idempotency_key_check: printable ASCII, space included.
-_IDEMPOTENCY_KEY = re.compile(f"[ -~]{{1,{MAX_IDEMPOTENCY_KEY}}}")
 
 
 class RecoverySchema(AutoSchema):
@@ -112,9 +134,9 @@ class RecoverySchema(AutoSchema):
         return f"{OPERATIONS[self.view.operation].command_class.__name__.removesuffix('Command')} (workflows:recover)"
 
     def get_override_parameters(self) -> list:
-        return [INSTANCE_ID, *schema.idempotency_key(_IDEMPOTENCY_KEY, status=200)]
+        return [INSTANCE_ID, *schema.idempotency_key(status=200)]
 
-    def get_request_serializer(self) -> type[serializers.Serializer]:
+    def get_request_serializer(self) -> type[serializers.Serializer] | PolymorphicProxySerializer:
         return COMMANDS[self.view.operation]
 
     def get_response_serializers(self) -> dict:

@@ -14,8 +14,10 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_field
 from rest_framework import serializers
 
+from history import limits
 from history.api.params import DEFAULT_LIMIT, MAX_LIMIT
-from history.ids import ID_PATTERN, MAX_UINT32, REVISION_PATTERN, STEP_KEY_PATTERN
+from history.ids import ID_PATTERN, MAX_UINT32, MAX_UINT64, STEP_KEY_PATTERN
+from history.selectors.pagination import MAX_CURSOR_BYTES
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):
@@ -26,7 +28,101 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
         return {"type": "http", "scheme": "bearer", "description": "a token issued by manage.py weave_bootstrap"}
 
 
-ID_SCHEMA = {"type": "string", "pattern": f"^{ID_PATTERN.pattern}$"}
+def decimal_range_pattern(maximum: int) -> str:
+    """A regular expression (unanchored) matching exactly the decimal numbers 1..``maximum``, no leading zero.
+
+    Shorter numbers are free; a number as long as ``maximum`` keeps its first i digits and puts a
+    smaller digit at position i (anything after), or is ``maximum`` itself.
+    """
+    digits = str(maximum)
+    width = len(digits)
+    branches = [f"[1-9][0-9]{{0,{width - 2}}}"] if width > 1 else []
+    for i, digit in enumerate(digits):
+        low = 1 if i == 0 else 0
+        if int(digit) > low:
+            top = int(digit) - 1
+            rest = width - i - 1
+            branches.append(
+                digits[:i] + (f"[{low}-{top}]" if top > low else str(low)) + (f"[0-9]{{{rest}}}" if rest else "")
+            )
+    branches.append(digits)
+    return "(?:" + "|".join(branches) + ")"
+
+
+ID_SCHEMA = {"type": "string", "minLength": 32, "maxLength": 32, "pattern": f"^{ID_PATTERN.pattern}$"}
+REVISION_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": len(str(MAX_UINT64)),
+    "pattern": f"^{decimal_range_pattern(MAX_UINT64)}$",
+    "description": f"unsigned 64-bit, decimal string from 1 to {MAX_UINT64}",
+}
+
+
+_SURROGATES = "\\ud800-\\udfff"
+
+
+def portable(pattern: str) -> str:
+    """A history.limits pattern without its lone-surrogate range, which Rust and Go regex engines refuse to compile.
+
+    JSON Schema strings are Unicode text, so a lone surrogate is outside every schema string anyway: the pattern
+    stays exact over what a schema can describe (the descriptions say lone surrogates are refused).
+    """
+    assert _SURROGATES in pattern, pattern
+    return pattern.replace(_SURROGATES, "")
+
+
+TEXT_PATTERN = portable(limits.TEXT_PATTERN)
+TOKEN_PATTERN = portable(limits.TOKEN_PATTERN)
+
+
+def _character_class(pattern: str) -> str:
+    """The one character class of a ``^[...]*$`` / ``^[...]+$`` pattern of history.limits."""
+    match = re.fullmatch(r"\^(\[.*\])[*+]\$", pattern)
+    assert match is not None, pattern
+    return match.group(1)
+
+
+# Text of history.limits.TEXT_PATTERN holding at least one character of TOKEN_PATTERN: not blank.
+NONBLANK_TEXT_PATTERN = (
+    f"^{_character_class(TEXT_PATTERN)}*{_character_class(TOKEN_PATTERN)}{_character_class(TEXT_PATTERN)}*$"
+)
+
+
+def text_schema(*, max_length: int, blank: bool = False, description: str = "") -> dict:
+    """Free text: no hidden characters (controls, bidi, zero-width, lone surrogates); not blank unless ``blank``."""
+    rule = {"pattern": TEXT_PATTERN} if blank else {"minLength": 1, "pattern": NONBLANK_TEXT_PATTERN}
+    what = f"{'0' if blank else '1'}-{max_length} characters{'' if blank else ', not all whitespace'}, without "
+    what += "control, invisible or bidi characters or lone surrogates"
+    description = f"{description}; {what}" if description else what
+    return {"type": "string", "maxLength": max_length, **rule, "description": description}
+
+
+def token_schema(*, max_length: int, description: str = "") -> dict:
+    """A token: 1..``max_length`` characters, no whitespace and no hidden characters."""
+    what = f"1-{max_length} characters without whitespace, control, invisible or bidi characters or lone surrogates"
+    description = f"{description}; {what}" if description else what
+    return {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": max_length,
+        "pattern": TOKEN_PATTERN,
+        "description": description,
+    }
+
+
+def schema_field(described: dict, base: type[serializers.Field] = serializers.CharField, **kwargs) -> serializers.Field:
+    """A ``base`` field documented as ``described`` (a class per field: extend_schema_field marks its class)."""
+    field = type(f"Described{base.__name__}", (base,), {})
+    return extend_schema_field(described)(field)(**kwargs)
+
+
+def text_field(*, max_length: int, blank: bool = False, help_text: str = "", **kwargs) -> serializers.CharField:
+    return schema_field(text_schema(max_length=max_length, blank=blank, description=help_text), **kwargs)
+
+
+def token_field(*, max_length: int, help_text: str = "", **kwargs) -> serializers.CharField:
+    return schema_field(token_schema(max_length=max_length, description=help_text), **kwargs)
 
 
 @extend_schema_field(ID_SCHEMA)
@@ -34,9 +130,7 @@ class IdField(serializers.CharField):
     pass
 
 
-@extend_schema_field(
-    {"type": "string", "pattern": f"^{REVISION_PATTERN.pattern}$", "description": "unsigned 64-bit, decimal string"}
-)
+@extend_schema_field(REVISION_SCHEMA)
 class RevisionField(serializers.CharField):
     pass
 
@@ -53,9 +147,23 @@ class TimeField(serializers.CharField):
     pass
 
 
-@extend_schema_field({"description": "client JSON, byte-exact as stored"})
+JSON_RULES = (
+    f"nested at most {limits.MAX_JSON_DEPTH} levels, number literals of at most {limits.MAX_NUMBER_CHARS} "
+    "characters, no lone surrogate in any string or key, at most WEAVE_MAX_JSON_BYTES as UTF-8 (256 KiB by default)"
+)
+
+
+@extend_schema_field({})
 class ExactJSONField(serializers.JSONField):
-    pass
+    def __init__(self, *, help_text: str = "client JSON, byte-exact as stored", **kwargs) -> None:
+        super().__init__(help_text=f"{help_text}; {JSON_RULES}", **kwargs)
+
+
+# Any JSON value but null (OpenAPI 3.0 has no type "null": a value without nullable is not null).
+@extend_schema_field({"anyOf": [{"type": t} for t in ("object", "array", "string", "number", "boolean")]})
+class NotNullJSONField(ExactJSONField):
+    def __init__(self, *, help_text: str = "", **kwargs) -> None:
+        super().__init__(help_text=f"any JSON value but null{', ' if help_text else ''}{help_text}", **kwargs)
 
 
 @extend_schema_field({"type": "object", "nullable": True, "additionalProperties": True})
@@ -86,6 +194,15 @@ def envelope(data: type[serializers.Serializer]) -> type[serializers.Serializer]
 
 UNAUTHENTICATED = "UNAUTHENTICATED: missing, invalid, revoked or expired bearer token"
 PERMISSION_DENIED = "PERMISSION_DENIED: the credential lacks the endpoint's scope"
+TOO_LARGE = (
+    "the request body is larger than WEAVE_MAX_BODY_BYTES (1 MiB by default): refused before it is read, the error "
+    "names the limit"
+)
+# What every JSON body is refused for, whatever its command (each a 400 naming the field or the limit).
+BODY_LIMITS = (
+    f"a body nested deeper than {limits.MAX_JSON_DEPTH} levels, a number literal longer than "
+    f"{limits.MAX_NUMBER_CHARS} characters, a lone surrogate, client JSON over WEAVE_MAX_JSON_BYTES"
+)
 UNAVAILABLE = "UNAVAILABLE: a broken relation between the rows read (corruption) or the database is unavailable"
 
 _ERROR_MEANING = {
@@ -121,17 +238,22 @@ def path_parameter(name: str, description: str, pattern: re.Pattern) -> OpenApiP
     )
 
 
-def idempotency_key(pattern: re.Pattern, *, status: int) -> list[OpenApiParameter]:
+def idempotency_key(*, status: int) -> list[OpenApiParameter]:
     """The Idempotency-Key request header and the Idempotent-Replayed header of a replayed ``status`` answer."""
     return [
         OpenApiParameter(
             "Idempotency-Key",
-            str,
+            {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": limits.MAX_IDEMPOTENCY_KEY,
+                "pattern": limits.IDEMPOTENCY_KEY_PATTERN,
+            },
             OpenApiParameter.HEADER,
             required=True,
-            pattern=f"^{pattern.pattern}$",
-            description="one key per command in the namespace: the same key and command replay the first answer, "
-            "the same key with another command is 409 ALREADY_EXISTS",
+            description=f"1-{limits.MAX_IDEMPOTENCY_KEY} printable ASCII characters without space; one key per "
+            "command in the namespace: the same key and command replay the first answer, the same key with another "
+            "command is 409 ALREADY_EXISTS",
         ),
         OpenApiParameter(
             "Idempotent-Replayed",
@@ -150,14 +272,19 @@ ACTIVATION_ID = path_parameter("activation", "activation id", ID_PATTERN)
 SIGNAL_ID = path_parameter("signal", "signal id", ID_PATTERN)
 OPERATION_ID = path_parameter("operation", "the SignalOperation row's own id (not its operation_id)", ID_PATTERN)
 TASK_ID = path_parameter("task", "task id", ID_PATTERN)
+# A cursor is Django-signed text: URL-safe base64, "." and ":" only.
+CURSOR_PATTERN = "^[A-Za-z0-9_.:-]+$"
 PAGE_PARAMETERS = [
     OpenApiParameter(
         "limit",
-        str,
-        description=f"page size, ^[1-9][0-9]*$, at most {MAX_LIMIT}; default {DEFAULT_LIMIT}",
-        pattern="^[1-9][0-9]*$",
+        {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
+        description=f"page size, decimal without sign or leading zero, 1 to {MAX_LIMIT}; default {DEFAULT_LIMIT}",
     ),
-    OpenApiParameter("cursor", str, description="next_cursor of the previous page of this same list (<= 1024 bytes)"),
+    OpenApiParameter(
+        "cursor",
+        {"type": "string", "minLength": 1, "maxLength": MAX_CURSOR_BYTES, "pattern": CURSOR_PATTERN},
+        description=f"next_cursor of the previous page of this same list (at most {MAX_CURSOR_BYTES} bytes)",
+    ),
 ]
 
 

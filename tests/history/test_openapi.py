@@ -7,9 +7,15 @@ import re
 
 import httpx
 import jsonschema
+import jsonschema_rs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from history import exactjson
+from history import exactjson, limits
+from history.api import schema
+from history.api.schema import REVISION_SCHEMA, decimal_range_pattern
+from history.ids import MAX_UINT64, parse_revision
 from history.models import (
     ActivationState,
     AttemptState,
@@ -163,17 +169,18 @@ def test_the_swagger_ui_assets_come_from_this_server(live_server):
 
 # ---- the POST endpoints -----------------------------------------------------------------------
 
+# Every POST can meet a body over the size limit: 413.
 ENGINE_POSTS = {
-    "start_workflow": (201, {400, 401, 403, 404, 409, 503}),
-    "signal_workflow": (201, {400, 401, 403, 404, 409, 503}),
-    "pause_workflow": (200, {400, 401, 403, 404, 409, 503}),
-    "resume_workflow": (200, {400, 401, 403, 404, 409, 503}),
-    "cancel_workflow": (200, {400, 401, 403, 404, 409, 503}),
-    "claim_queue_task": (200, {400, 401, 403, 404, 503}),
-    "heartbeat_task": (200, {400, 401, 403, 404, 503}),
-    "complete_task": (200, {400, 401, 403, 404, 503}),
+    "start_workflow": (201, {400, 401, 403, 404, 409, 413, 503}),
+    "signal_workflow": (201, {400, 401, 403, 404, 409, 413, 503}),
+    "pause_workflow": (200, {400, 401, 403, 404, 409, 413, 503}),
+    "resume_workflow": (200, {400, 401, 403, 404, 409, 413, 503}),
+    "cancel_workflow": (200, {400, 401, 403, 404, 409, 413, 503}),
+    "claim_queue_task": (200, {400, 401, 403, 404, 413, 503}),
+    "heartbeat_task": (200, {400, 401, 403, 404, 413, 503}),
+    "complete_task": (200, {400, 401, 403, 404, 413, 503}),
 }
-RECOVERY_ERRORS = {400, 401, 403, 404, 409, 503}
+RECOVERY_ERRORS = {400, 401, 403, 404, 409, 413, 503}
 RECOVERY_POSTS = {
     f"recovery_{name.replace('-', '_')}": (200, RECOVERY_ERRORS | ({429} if name == "retry-step" else set()))
     for name in SERVICES
@@ -193,10 +200,9 @@ def test_every_post_operation_documents_its_command_answer_and_only_the_errors_i
             error = operation["responses"][str(status)]["content"]["application/json"]["schema"]
             assert error == {"$ref": "#/components/schemas/ErrorEnvelope"}, (operation_id, status)
         body = operation["requestBody"]
-        assert (
-            body["required"]
-            and _strict(body["content"]["application/json"]["schema"], components)["additionalProperties"] is False
-        )
+        described = _strict(body["content"]["application/json"]["schema"], components)
+        # A command with dependent fields is one closed object per variant.
+        assert body["required"] and all(v["additionalProperties"] is False for v in described.get("oneOf", [described]))
         parameters = {p["name"]: p for p in operation.get("parameters", [])}
         for name in re.findall(r"{(\w+)}", path):
             assert parameters[name]["in"] == "path" and parameters[name]["schema"]["pattern"].startswith("^")
@@ -341,3 +347,169 @@ def test_a_full_quota_answers_the_documented_resource_exhausted(tenancy, issue_t
     path = f"/v1/workflows/{state.instance.id}/recovery/retry-step"
     error = posts.post("recovery_retry_step", path, rq.retry(state), 429, key="key-1")["error"]
     assert error["code"] == "RESOURCE_EXHAUSTED"
+
+
+# ---- the description is as strict as the server ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("maximum", [1, 9, 10, 99, 100, 255, 2**32 - 1, MAX_UINT64, 10**25])
+def test_the_decimal_range_pattern_matches_exactly_1_to_its_maximum(maximum):
+    pattern = re.compile(decimal_range_pattern(maximum))
+    digits = str(maximum)
+    samples = {1, 9, 10, maximum - 1, maximum, maximum + 1, maximum * 10, int(digits[0] + "0" * (len(digits) - 1))}
+    # Every number that shares a prefix with the maximum, one digit above and below it at each position.
+    for i in range(len(digits)):
+        for delta in (-1, 1):
+            samples.add(maximum + delta * 10 ** (len(digits) - 1 - i))
+    for number in sorted(n for n in samples if n >= 1):
+        assert (pattern.fullmatch(str(number)) is not None) == (number <= maximum), number
+    for text in ("0", "00", "01", "-1", "+1", " 1", "1 ", "", "1.0", "1e3", "٣"):
+        assert pattern.fullmatch(text) is None, text
+
+
+@given(st.integers(min_value=-5, max_value=MAX_UINT64 * 3))
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+def test_a_revision_is_valid_in_the_description_exactly_when_the_server_parses_it(number):
+    revision = REVISION_SCHEMA
+    text = str(number)
+    described = re.fullmatch(revision["pattern"], text) is not None and len(text) <= revision["maxLength"]
+    assert described == (parse_revision(text) is not None)
+
+
+@given(st.text(st.characters(codec="utf-8"), max_size=12))
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+def test_the_text_patterns_are_the_limits_rules(text):
+    """A reason is valid text holding a non-whitespace character; blank text fields follow TEXT_RE alone.
+
+    Over Unicode text, that is: a lone surrogate is not text a schema can hold (and the server refuses it)."""
+    reason = schema.text_schema(max_length=limits.MAX_REASON)
+    assert (re.fullmatch(reason["pattern"], text) is not None) == (
+        limits.TEXT_RE.fullmatch(text) is not None and text.strip() != ""
+    )
+    blank = schema.text_schema(max_length=256, blank=True)
+    assert (re.fullmatch(blank["pattern"], text) is not None) == (limits.TEXT_RE.fullmatch(text) is not None)
+    token = schema.token_schema(max_length=limits.MAX_EVIDENCE_REF)
+    assert (re.fullmatch(token["pattern"], text) is not None) == (limits.TOKEN_RE.fullmatch(text) is not None)
+
+
+@pytest.mark.parametrize("pattern", [schema.TEXT_PATTERN, schema.TOKEN_PATTERN, schema.NONBLANK_TEXT_PATTERN])
+def test_every_text_pattern_compiles_in_a_rust_regex_engine(pattern):
+    """Clients validate with other engines than Python's: jsonschema_rs (Rust) must compile the pattern."""
+    validator = jsonschema_rs.Draft202012Validator({"type": "string", "pattern": pattern})
+    assert validator.is_valid("ticket:OPS-1") and not validator.is_valid("a\u202eb")
+
+
+def _field(openapi, component: str, name: str) -> dict:
+    """The property as described (nullable kept as the flag it is)."""
+    return openapi["components"]["schemas"][component]["properties"][name]
+
+
+def _parameter(openapi, operation_id: str, name: str) -> dict:
+    _, _, operation = _operation(openapi, operation_id)
+    return next(p for p in operation["parameters"] if p["name"] == name)["schema"]
+
+
+REASON = {"minLength": 1, "maxLength": limits.MAX_REASON, "pattern": schema.NONBLANK_TEXT_PATTERN}
+EVIDENCE_REF = {"minLength": 1, "maxLength": limits.MAX_EVIDENCE_REF, "pattern": schema.TOKEN_PATTERN}
+REVISION = {"minLength": 1, "maxLength": 20, "pattern": f"^{decimal_range_pattern(MAX_UINT64)}$"}
+ID = {"minLength": 32, "maxLength": 32, "pattern": "^[0-9a-f]{32}$"}
+U32_FROM_1 = {"type": "integer", "minimum": 1, "maximum": 2**32 - 1}
+CONSTRAINTS = [
+    ("StartCommand", "version", U32_FROM_1),
+    ("StartCommand", "deadline_seconds", {"minimum": 1, "maximum": 366 * 24 * 3600}),
+    ("StartCommand", "business_key", {"maxLength": 256, "pattern": schema.TEXT_PATTERN}),
+    ("StartCommand", "definition", {"pattern": "^[a-z0-9][a-z0-9_.\\-]{0,63}$"}),
+    ("SignalCommand", "name", {"minLength": 1, "maxLength": 128, "pattern": schema.NONBLANK_TEXT_PATTERN}),
+    ("SignalCommand", "payload_version", {"minLength": 1, "maxLength": 64}),
+    ("SignalCommand", "correlation_key", {"maxLength": 256, "pattern": schema.TEXT_PATTERN}),
+    ("SignalCommand", "target_step_key", {"pattern": "^[A-Za-z0-9][A-Za-z0-9_.\\-]{0,63}$"}),
+    ("SignalCommand", "target_activation_sequence", U32_FROM_1),
+    ("SignalCommand", "reason", REASON),
+    ("SignalCommand", "evidence_ref", EVIDENCE_REF),
+    ("ControlCommand", "reason", REASON),
+    ("ControlCommand", "expected_control_revision", REVISION),
+    ("ClaimCommand", "worker", {"minLength": 1, "maxLength": 128}),
+    ("ClaimCommand", "lease_seconds", {"minimum": 1, "maximum": 3600}),
+    ("HeartbeatCommand", "attempt_id", ID),
+    ("HeartbeatCommand", "lease_seconds", {"minimum": 1, "maximum": 3600}),
+    ("CompleteFailed", "attempt_id", ID),
+    *[
+        (command, name, rule)
+        for command in (
+            "ReviewTaskCommand",
+            "ResolveStepCommandFailed",
+            "ContinuePollCommand",
+            "RearmWaitCommand",
+            "ContinueCommand",
+            "RetryStepCommand",
+        )
+        for name, rule in (("reason", REASON), ("evidence_ref", EVIDENCE_REF), ("expected_revision", REVISION))
+    ],
+    ("ReviewTaskCommand", "task_id", ID),
+    ("ReviewTaskCommand", "expected_task_revision", REVISION),
+    ("RetryStepCommand", "activation_id", ID),
+    ("RetryStepCommand", "expected_step_revision", REVISION),
+]
+
+
+@pytest.mark.parametrize(("component", "name", "rule"), CONSTRAINTS, ids=lambda v: v if isinstance(v, str) else "")
+def test_every_command_field_states_the_limits_the_server_enforces(openapi, component, name, rule):
+    described = _field(openapi, component, name)
+    assert {key: described.get(key) for key in rule} == rule
+    assert not described.get("nullable", False) or name == "deadline_seconds"
+
+
+def test_null_is_described_where_the_server_takes_it_and_refused_where_it_refuses_it(openapi):
+    def takes_null(component):
+        result = _strict(_field(openapi, component, "result"), openapi["components"]["schemas"])
+        return jsonschema.Draft7Validator(result).is_valid(None)
+
+    assert takes_null("CompleteSucceeded") and not takes_null("CompleteFailed")
+    assert takes_null("ResolveStepCommandSucceeded") and not takes_null("ResolveStepCommandFailed")
+    assert not takes_null("ReviewTaskCommand")
+    # Only a failure can be retried.
+    retryable = _strict(_field(openapi, "CompleteSucceeded", "retryable"), openapi["components"]["schemas"])
+    assert jsonschema.Draft7Validator(retryable).is_valid(False)
+    assert not jsonschema.Draft7Validator(retryable).is_valid(True)
+
+
+def test_paging_and_the_idempotency_key_are_bounded(openapi):
+    for operation_id in OPERATIONS.values():
+        if operation_id.startswith("list_"):
+            assert _parameter(openapi, operation_id, "limit") == {"type": "integer", "minimum": 1, "maximum": 100}
+            cursor = _parameter(openapi, operation_id, "cursor")
+            assert (cursor["minLength"], cursor["maxLength"]) == (1, 1024) and cursor["pattern"].startswith("^")
+    for operation_id in IDEMPOTENT:
+        key = _parameter(openapi, operation_id, "Idempotency-Key")
+        assert key["pattern"] == limits.IDEMPOTENCY_KEY_PATTERN and key["maxLength"] == limits.MAX_IDEMPOTENCY_KEY
+        assert re.fullmatch(key["pattern"], "with space") is None
+
+
+def test_every_request_body_states_the_size_depth_and_number_limits(openapi, settings):
+    for item in openapi["paths"].values():
+        for method, operation in item.items():
+            if method != "post":
+                continue
+            text = operation["requestBody"]["description"]
+            assert str(settings.WEAVE_MAX_BODY_BYTES) in text and f"{limits.MAX_JSON_DEPTH} levels" in text
+            assert f"{limits.MAX_NUMBER_CHARS} characters" in text
+            assert "413" in operation["responses"]
+
+
+def test_every_link_names_a_described_operation_and_its_parameters(openapi):
+    ids = {op["operationId"]: op for item in openapi["paths"].values() for op in item.values()}
+    components = openapi["components"]["schemas"]
+    linked = 0
+    for operation in ids.values():
+        for response in operation["responses"].values():
+            for link in response.get("links", {}).values():
+                target = ids[link["operationId"]]
+                assert set(link["parameters"]) <= {p["name"] for p in target.get("parameters", [])}
+                body = _strict(
+                    target.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {}),
+                    components,
+                )
+                properties = set().union(*(v.get("properties", {}) for v in body.get("oneOf", [body])))
+                assert set(link.get("requestBody", {})) <= properties
+                linked += 1
+    assert linked >= 10

@@ -7,24 +7,39 @@ instance in review, so every check runs past authentication; the recovery tests 
 commands, which must commit.
 """
 
+import functools
 import json
 import re
+from dataclasses import dataclass
 from types import SimpleNamespace
 from urllib.parse import quote
 
 import pytest
+from django.test import Client
+from drf_spectacular.generators import SchemaGenerator
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from rest_framework.test import APIClient
 
-from history import exactjson
+from history import exactjson, limits
 from history.ids import new_id
 from history.models import Scope
+from recovery.admin import CONTROLS, ControlForm, SignalForm
+from recovery.forms import OPERATION_FORMS, recovery_form_class
 from tests.conftest import bearer
+from tests.console import conftest as console_conftest
+from tests.engine.conftest import Engine
 from tests.recovery import requests as rq
 from tests.recovery import states
 from tests.recovery.digest import history_digest
+from tests.reliability import test_security
+from tests.reliability.test_security import ENDPOINTS, _issue, served_endpoints
 
 pytestmark = pytest.mark.django_db
+# The security sweep's world: an instance in review with a row of every kind, a startable definition, a queue.
+security_world = test_security.security_world
+# Staff users of the console, as its own tests make them.
+console_user = console_conftest.console_user
 
 FUZZ = settings(
     max_examples=25,
@@ -484,3 +499,395 @@ def test_a_bad_query_parameter_is_400_naming_it(api, paths, everything_token, un
         unchanged()
 
     check()
+
+
+# ---- the bad-input matrix: every class of bad input to every JSON POST and every admin form ------------------
+#
+# One test per (endpoint or form, class of input); inside it, every field the class applies to. The fields and
+# their kinds come from the served OpenAPI description, the endpoints from the URLconf (as the security sweep
+# reads them), so a new field or route is fuzzed without editing this list. Each answer is < 500, a 4xx in the
+# error envelope naming the field (or the limit), and nothing is written.
+
+DEEP = 100_000
+TOO_DEEP = limits.MAX_JSON_DEPTH + 1
+HUGE_NUMBER = exactjson.Number("9" * 5_000)
+# NUL, a C1 control, a bidi override and a zero-width space: each disguises or truncates audit text.
+HIDDEN = {"nul": "\x00", "c1": "\x85", "bidi": "\u202e", "zero-width": "\u200b"}
+LIMIT_WORDS = ("depth", "deep", "nest", "level", "digit", "number", "large", "bytes", "size", "limit")
+
+
+def _nested(depth: int, leaf=0):
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _nested_text(depth: int) -> str:
+    return "[" * depth + "0" + "]" * depth
+
+
+@functools.cache
+def _request_schemas() -> dict[str, dict]:
+    """path template → the properties of its request body (every variant's), as the description states them."""
+    document = SchemaGenerator().get_schema(request=None, public=True)
+    components = document["components"]["schemas"]
+
+    def resolve(node):
+        if "$ref" in node:
+            return resolve(components[node["$ref"].rsplit("/", 1)[1]])
+        if "allOf" in node:  # a described reference: the component plus its description
+            return resolve(node["allOf"][0]) | {k: v for k, v in node.items() if k != "allOf"}
+        return node
+
+    found = {}
+    for path, item in document["paths"].items():
+        post = item.get("post")
+        if post is None:
+            continue
+        body = resolve(post["requestBody"]["content"]["application/json"]["schema"])
+        properties = {}
+        for variant in body.get("oneOf", [body]):
+            for name, node in resolve(variant)["properties"].items():
+                properties.setdefault(name, resolve(node))
+        found[path] = properties
+    return found
+
+
+def _kind(node: dict) -> str:
+    """json (any value), integer, boolean or string: what a field holds, per its description."""
+    return node.get("type", "json")
+
+
+def _template(route: str) -> str:
+    return "/" + re.sub(r"<str:(\w+)>", r"{\1}", route)
+
+
+SEND_POSTS = [e for e in ENDPOINTS if e.method == "POST"]
+IDEMPOTENT_ROUTES = {"v1/workflows", "v1/workflows/<str:id>/signals"}
+
+
+def test_the_matrix_posts_to_exactly_the_json_posts_the_urlconf_serves():
+    assert {(e.route, "POST") for e in SEND_POSTS} == {s for s in served_endpoints() if s[1] == "POST"}
+    assert {_template(e.route) for e in SEND_POSTS} == set(_request_schemas())
+
+
+@dataclass(frozen=True)
+class Sent:
+    field: str  # what the answer must name: a body field, a header, or "" for the body as a whole
+    value: str  # a short description of the input, for the failure list
+    response: object
+
+
+def _names(error: dict, field: str) -> bool:
+    """The error names ``field``, or, for a body-wide limit, the limit."""
+    if error.get("field") == field:
+        return True
+    return field == "" and (error.get("field") is not None or any(w in error["message"].lower() for w in LIMIT_WORDS))
+
+
+def _whole_body_limit_or_field(error: dict, field: str) -> bool:
+    # A number or nesting limit may be named as the limit itself rather than the field that broke it.
+    return _names(error, field) or any(w in error["message"].lower() for w in LIMIT_WORDS)
+
+
+def _wrong_values(kind: str) -> list:
+    every = {
+        "string": "text",
+        "integer": exactjson.Number("7"),
+        "boolean": True,
+        "array": [],
+        "object": {},
+        "null": None,
+    }
+    same = {"string": ("string",), "integer": ("integer",), "boolean": ("boolean",)}[kind]
+    return [value for name, value in every.items() if name not in same and not (kind == "integer" and name == "null")]
+
+
+def _api_cases(kind: str, endpoint, body: dict, fields: dict) -> list[tuple[str, str, str, dict]]:
+    """(field to name, description, body text, extra headers) of one input class for one endpoint's valid body."""
+    cases = []
+
+    def with_field(name, value):
+        return ascii_json(body | {name: value})
+
+    def with_raw(name, text):
+        # Too deep for any encoder to write: the value goes into the text as it is.
+        marker = "\x01raw\x01"
+        return with_field(name, marker).replace(ascii_json(marker), text)
+
+    if kind == "oversized":
+        pad = "x" * (limits.max_body_bytes() + 1)
+        text_field = next((n for n in body if isinstance(body[n], str) and n != "expected_control_revision"), None)
+        field = text_field or next(iter(body), "pad")
+        cases.append(("", f"{field}: {len(pad)} characters", with_field(field, pad), {}))
+    elif kind == "deep-100000":
+        cases.append(("", f"the body nested {DEEP} levels", _nested_text(DEEP), {}))
+        for name, node in fields.items():
+            if _kind(node) == "json":
+                cases.append((name, f"{name} nested {DEEP} levels", with_raw(name, _nested_text(DEEP)), {}))
+    elif kind == "deep-65":
+        for name in fields:
+            cases.append((name, f"{name} nested {TOO_DEEP} levels", with_field(name, _nested(TOO_DEEP)), {}))
+    elif kind == "huge-number":
+        for name, node in fields.items():
+            if _kind(node) in ("json", "integer"):
+                cases.append((name, f"{name}: a 5000-digit number", with_field(name, HUGE_NUMBER), {}))
+            if _kind(node) == "json":
+                inside = {"paid": True, "amount": HUGE_NUMBER}
+                cases.append((name, f"{name}: an object holding a 5000-digit number", with_field(name, inside), {}))
+    elif kind == "surrogate":
+        for name, node in fields.items():
+            if _kind(node) in ("string", "json"):
+                cases.append((name, f"{name}: a lone surrogate", with_field(name, "a\ud800b"), {}))
+            if _kind(node) == "json":
+                cases.append((name, f"{name}: a lone surrogate key", with_field(name, {"\udfff": 1}), {}))
+        cases.append(("\ud800", "a top-level key with a lone surrogate", with_field("\ud800", 1), {}))
+    elif kind == "hidden":
+        for name, node in fields.items():
+            if "pattern" in node and _kind(node) == "string" and "[^" in node["pattern"]:
+                for label, char in HIDDEN.items():
+                    cases.append((name, f"{name}: {label}", with_field(name, f"ok{char}ok"), {}))
+    elif kind == "idempotency-space":
+        if endpoint.route in IDEMPOTENT_ROUTES or "/recovery/" in endpoint.route:
+            space = {"HTTP_IDEMPOTENCY_KEY": "two words"}
+            cases.append(("Idempotency-Key", "Idempotency-Key 'two words'", ascii_json(body), space))
+    elif kind == "wrong-type":
+        for name, node in fields.items():
+            if _kind(node) == "json":
+                continue
+            for value in _wrong_values(_kind(node)):
+                cases.append((name, f"{name}: {exactjson.dumps(value)}", with_field(name, value), {}))
+    return cases
+
+
+API_CLASSES = [
+    "oversized",
+    "deep-100000",
+    "deep-65",
+    "huge-number",
+    "surrogate",
+    "hidden",
+    "idempotency-space",
+    "wrong-type",
+]
+# Classes whose refusal may name the limit broken instead of the field that broke it.
+LIMIT_CLASSES = {"deep-100000", "deep-65", "huge-number"}
+
+
+@pytest.fixture
+def raw_api():
+    """A client that answers a server error as a response instead of raising it: a 500 is an answer to count."""
+    return APIClient(raise_request_exception=False)
+
+
+SIGNAL_STEP = {"key": "approve", "kind": "SIGNAL", "name": "approved", "payload_version": "v1", "deadline_seconds": 600}
+
+
+def _signal_instance(tenancy):
+    """An instance the engine started, awaiting the signal the sweep's signal body sends: that body is accepted."""
+    engine = Engine(*tenancy)
+    return engine.start(engine.define([SIGNAL_STEP], deadline_seconds=86400))
+
+
+# Only the pairs a class applies to (a field of its kind, an Idempotency-Key): read from the description.
+API_MATRIX = [
+    pytest.param(endpoint, kind, id=f"{endpoint.name}-{kind}")
+    for endpoint in SEND_POSTS
+    for kind in API_CLASSES
+    if _api_cases(kind, endpoint, {}, _request_schemas()[_template(endpoint.route)])
+]
+
+
+@pytest.mark.parametrize(("endpoint", "kind"), API_MATRIX)
+def test_every_class_of_bad_input_to_every_json_post_is_a_4xx_naming_it_and_writes_nothing(
+    raw_api, tenancy, security_world, endpoint, kind
+):
+    token = _issue(security_world.namespace)
+    path = endpoint.path(security_world)
+    if endpoint.route.endswith("/signals"):
+        path = endpoint.path(security_world, id=_signal_instance(tenancy).id)
+    fields = _request_schemas()[_template(endpoint.route)]
+    cases = _api_cases(kind, endpoint, endpoint.body(security_world), fields)
+    before = history_digest()
+    wrong = []
+    for n, (field, what, text, headers) in enumerate(cases):
+        headers = {"HTTP_IDEMPOTENCY_KEY": f"matrix-{n}"} | bearer(token) | headers
+        response = raw_api.generic("POST", path, text, "application/json", **headers)
+        answer = f"{response.status_code} {response.content[:200]!r}"
+        if not 400 <= response.status_code < 500:
+            wrong.append(f"{what} → {answer}")
+            continue
+        error = _envelope_error(response)
+        named = (_whole_body_limit_or_field if kind in LIMIT_CLASSES else _names)(error, field)
+        if not named or (kind == "oversized" and response.status_code != 413):
+            wrong.append(f"{what} → {answer}")
+    if history_digest() != before:
+        wrong.append("a history table changed")
+    assert wrong == [], "\n".join(wrong)
+
+
+# ---- the same classes through the admin forms ----------------------------------------------------------------
+#
+# A form answers a refusal by showing the form again with the error on the field (or above the form, naming a
+# hidden field); a 4xx is a refusal too. A form post is UTF-8 form-encoded, so a lone surrogate cannot be sent:
+# that class is the JSON lane's only.
+
+ADMIN = "/admin/history/workflowinstance/{id}/"
+JSON_FORM_FIELDS = ("result", "payload")
+REVISION_FORM_FIELDS = ("expected_revision", "expected_task_revision", "expected_step_revision")
+TEXT_FORM_FIELDS = ("reason", "evidence_ref", "correlation_key", "name", "payload_version", "idempotency_key")
+
+
+def _recovery_form(operation: str, build, make):
+    def form(tenancy):
+        state = make(tenancy)
+        command = build(state)
+        spec = OPERATION_FORMS[operation]
+        data = {name: str(value) for name, value in command.items() if name not in (spec.declaration, "result")}
+        if "result" in command:
+            data["result"] = exactjson.dumps(command["result"])
+        data |= {"declaration": "on", "idempotency_key": f"admin-fuzz-{operation}", "_confirm": "1"}
+        return ADMIN.format(id=state.instance.id) + f"recovery/{operation}/", data
+
+    return form
+
+
+def _signal_form(tenancy):
+    instance = _signal_instance(tenancy)
+    data = {
+        "target_step_key": SIGNAL_STEP["key"],
+        "name": "approved",
+        "payload_version": SIGNAL_STEP["payload_version"],
+        "correlation_key": "o-1",
+        "payload": '{"approved": true}',
+        "reason": "finance approved",
+        "evidence_ref": "ticket:OPS-1",
+        "idempotency_key": "admin-fuzz-signal",
+    }
+    return ADMIN.format(id=instance.id) + "signal/", data
+
+
+def _control_form(action: str):
+    def form(tenancy):
+        state = states.task_failed_state(tenancy)
+        data = {"reason": "maintenance window", "expected_control_revision": str(state.instance.control_revision)}
+        return ADMIN.format(id=state.instance.id) + f"control/{action}/", data
+
+    return form
+
+
+FORMS = {
+    **{f"recovery/{name}": _recovery_form(name, build, make) for name, build, make in OPERATIONS},
+    "signal": _signal_form,
+    **{f"control/{action}": _control_form(action) for action in CONTROLS},
+}
+
+
+def test_the_form_matrix_covers_every_recovery_signal_and_control_form():
+    assert set(FORMS) == {f"recovery/{n}" for n in OPERATION_FORMS} | {"signal"} | {f"control/{a}" for a in CONTROLS}
+
+
+def _form_cases(kind: str, data: dict) -> list[tuple[str, str, dict]]:
+    """(field to name, description, posted data) of one input class for one form."""
+    cases = []
+    present = [name for name in data if not name.startswith("_")]
+    if kind == "oversized":
+        cases.append(("reason", "reason: over the body limit", data | {"reason": "x" * (limits.max_body_bytes() + 1)}))
+    elif kind in ("deep-100000", "deep-65"):
+        depth = DEEP if kind == "deep-100000" else TOO_DEEP
+        for name in JSON_FORM_FIELDS:
+            if name in data:
+                cases.append((name, f"{name} nested {depth} levels", data | {name: _nested_text(depth)}))
+    elif kind == "huge-number":
+        for name in present:
+            if name in JSON_FORM_FIELDS:
+                text = '{"paid": true, "approved": true, "amount": ' + HUGE_NUMBER + "}"
+                cases.append((name, f"{name}: an object holding a 5000-digit number", data | {name: text}))
+            if name in REVISION_FORM_FIELDS or name == "expected_control_revision":
+                cases.append((name, f"{name}: a 5000-digit number", data | {name: str(HUGE_NUMBER)}))
+    elif kind == "hidden":
+        for name in present:
+            if name in TEXT_FORM_FIELDS:
+                for label, char in HIDDEN.items():
+                    cases.append((name, f"{name}: {label}", data | {name: f"ok{char}ok"}))
+    elif kind == "idempotency-space":
+        if "idempotency_key" in data:
+            cases.append(("idempotency_key", "idempotency_key 'two words'", data | {"idempotency_key": "two words"}))
+    elif kind == "wrong-type":
+        for name in present:
+            if name in JSON_FORM_FIELDS:
+                cases.append((name, f"{name}: not JSON", data | {name: "{not json"}))
+            if name in (*REVISION_FORM_FIELDS, "expected_control_revision", "task_id", "activation_id"):
+                cases.append((name, f"{name}: 'abc'", data | {name: "abc"}))
+            if name == "conclusion":
+                cases.append((name, "conclusion: 'MAYBE'", data | {name: "MAYBE"}))
+    return cases
+
+
+def _form_names(response, field: str) -> bool:
+    """The form came back with an error on ``field``, or above the form naming it (a hidden field)."""
+    form = response.context["form"] if response.context and "form" in response.context else None
+    if form is None or not form.errors:
+        return False
+    # A hidden field is named in the message above the form, the header's spelling included (Idempotency-Key).
+    spelled = (field, field.replace("_", "-").lower())
+    return field in form.errors or any(
+        name in str(error).lower() for error in form.non_field_errors() for name in spelled
+    )
+
+
+FORM_CLASSES = ["oversized", "deep-100000", "deep-65", "huge-number", "hidden", "idempotency-space", "wrong-type"]
+
+
+@pytest.fixture
+def operator_client(console_user, settings):
+    """An operator (recover, control, signal) logged in, on a client that answers server errors as responses."""
+    # The password is never used (force_login): a fast hasher keeps the matrix's setup short.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    client = Client(raise_request_exception=False)
+    client.force_login(console_user("olga", "operators"))
+    return client
+
+
+def _form_fields(form: str) -> dict:
+    """The names a form posts, as its class declares them (values do not decide which classes apply)."""
+    kind, _, name = form.partition("/")
+    declared = {
+        "recovery": lambda: recovery_form_class(OPERATION_FORMS.get(name, OPERATION_FORMS["continue"])).base_fields,
+        "signal": lambda: SignalForm.base_fields,
+        "control": lambda: ControlForm.base_fields,
+    }[kind]()
+    return dict.fromkeys(declared, "")
+
+
+FORM_MATRIX = [
+    pytest.param(form, kind, id=f"{form}-{kind}")
+    for form in sorted(FORMS)
+    for kind in FORM_CLASSES
+    if _form_cases(kind, _form_fields(form))
+]
+
+
+@pytest.mark.parametrize(("form", "kind"), FORM_MATRIX)
+def test_every_class_of_bad_input_to_every_admin_form_is_refused_naming_it_and_writes_nothing(
+    operator_client, tenancy, form, kind
+):
+    url, data = FORMS[form](tenancy)
+    cases = _form_cases(kind, data)
+    assert set(data) - {"_confirm", "declaration"} <= set(_form_fields(form)), "the matrix reads the form's fields"
+    before = history_digest()
+    wrong = []
+    for n, (field, what, posted) in enumerate(cases):
+        if field != "idempotency_key" and "idempotency_key" in posted:
+            posted = posted | {"idempotency_key": f"{posted['idempotency_key']}-{n}"}
+        response = operator_client.post(url, posted)
+        refused = response.status_code in (400, 413) or (response.status_code == 200 and _form_names(response, field))
+        if not refused:
+            errors = (
+                response.context["form"].errors.as_data() if response.context and "form" in response.context else ""
+            )
+            wrong.append(f"{what} → {response.status_code} {errors!r:.300}")
+    if history_digest() != before:
+        wrong.append("a history table changed")
+    assert wrong == [], "\n".join(wrong)
