@@ -5,6 +5,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import Group, User
+
+from engine.demo import demo_run
+from history.models import Namespace, Operator
 
 CHROMIUM = os.environ.get("WEAVE_CHROMIUM", "/usr/bin/chromium")
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
@@ -44,6 +48,17 @@ def screenshots():
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     print(f"\nscreenshots: {SCREENSHOTS}")
     return SCREENSHOTS
+
+
+@pytest.fixture
+def demo(live_server):
+    """The demo scenarios and an operator login ``olga`` (password ``pw``) that can recover them."""
+    scenarios = demo_run(namespace="demo")
+    user = User.objects.create_user("olga", password="pw", is_staff=True)
+    user.groups.set([Group.objects.get(name="operators")])
+    namespace = Namespace.objects.get(name=scenarios["namespace"])
+    Operator.objects.create(user=user, namespace=namespace, actor_id="f" * 32, queue_access="*")
+    return scenarios["scenarios"]
 
 
 def admin_login(page, live_server, username, password="pw"):

@@ -1,23 +1,10 @@
 """The admin, a recovery form and the API docs work in a real browser under the Content-Security-Policy."""
 
 import pytest
-from django.contrib.auth.models import Group, User
 
-from engine.demo import demo_run
-from history.models import Namespace, Operator
 from tests.browser.conftest import admin_login
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def demo(live_server):
-    scenarios = demo_run(namespace="demo")
-    user = User.objects.create_user("olga", password="pw", is_staff=True)
-    user.groups.set([Group.objects.get(name="operators")])
-    namespace = Namespace.objects.get(name=scenarios["namespace"])
-    Operator.objects.create(user=user, namespace=namespace, actor_id="f" * 32, queue_access="*")
-    return scenarios["scenarios"]
 
 
 @pytest.fixture

@@ -1,24 +1,11 @@
 """An operator recovers engine-made instances through the admin forms, in a real browser."""
 
 import pytest
-from django.contrib.auth.models import Group, User
 
-from engine.demo import demo_run
 from engine.runner import runner_settle
-from history.models import Namespace, Operator
 from tests.browser.conftest import admin_login
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def demo(live_server):
-    scenarios = demo_run(namespace="demo")
-    user = User.objects.create_user("olga", password="pw", is_staff=True)
-    user.groups.set([Group.objects.get(name="operators")])
-    namespace = Namespace.objects.get(name=scenarios["namespace"])
-    Operator.objects.create(user=user, namespace=namespace, actor_id="f" * 32, queue_access="*")
-    return scenarios["scenarios"]
 
 
 def _decide(page, operation, *, reason, result=None, screenshot=None):

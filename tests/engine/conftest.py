@@ -2,6 +2,7 @@
 
 import datetime as dt
 import itertools
+import threading
 
 import pytest
 
@@ -90,3 +91,15 @@ def _clock_reset():
     clock.set_offset(dt.timedelta(0))
     yield
     clock.set_offset(dt.timedelta(0))
+
+
+class StoppingRecorder(threading.Event):
+    """Records each backoff instead of sleeping it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waited: list[float] = []
+
+    def wait(self, timeout=None):
+        self.waited.append(timeout)
+        return False

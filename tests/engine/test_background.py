@@ -1,27 +1,14 @@
 """The runner and the workers outlive a database outage instead of exiting."""
 
-import threading
-
 import pytest
 from django.db import OperationalError
 
 from engine.background import BACKOFF_SECONDS, Outage
-
-
-class _Stopping(threading.Event):
-    """Records each backoff instead of sleeping it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.waited: list[float] = []
-
-    def wait(self, timeout=None):
-        self.waited.append(timeout)
-        return False
+from tests.engine.conftest import StoppingRecorder
 
 
 def test_a_database_error_is_logged_and_backed_off_and_the_next_unit_runs(caplog):
-    stopping = _Stopping()
+    stopping = StoppingRecorder()
     outage = Outage("weave_runner", stopping)
     calls = iter([OperationalError("server has gone away"), OperationalError("again"), {"inbox": 1}])
 
@@ -43,7 +30,7 @@ def test_a_database_error_is_logged_and_backed_off_and_the_next_unit_runs(caplog
 
 
 def test_the_backoff_stops_growing_at_its_last_step():
-    stopping = _Stopping()
+    stopping = StoppingRecorder()
     outage = Outage("w", stopping)
 
     def down():
@@ -55,7 +42,7 @@ def test_the_backoff_stops_growing_at_its_last_step():
 
 
 def test_an_error_that_is_not_the_database_still_ends_the_process():
-    outage = Outage("w", _Stopping())
+    outage = Outage("w", StoppingRecorder())
 
     def broken():
         raise KeyError("bug")

@@ -36,7 +36,7 @@ from history.models import (
     WorkflowInstance,
 )
 from tests.engine import states
-from tests.engine.conftest import task_step
+from tests.engine.conftest import StoppingRecorder, task_step
 
 CONTRACT = {"type": "object", "properties": {"n": {"type": "integer"}}}
 HUGE = '{"n":' + "9" * 5000 + "}"
@@ -269,20 +269,10 @@ def test_a_database_error_is_not_poison_it_leaves_the_pass_records_nothing_and_i
     with pytest.raises(error):
         runner.runner_pass()
     assert not Incident.objects.exists()
-    stopping = _NoWait()
+    stopping = StoppingRecorder()
     assert Outage("weave_runner", stopping).run(runner.runner_pass) is None
     assert stopping.waited == [BACKOFF_SECONDS[0]]
     assert InboxRecord.objects.get().state == InboxState.PENDING
-
-
-class _NoWait(threading.Event):
-    def __init__(self) -> None:
-        super().__init__()
-        self.waited: list[float] = []
-
-    def wait(self, timeout=None):
-        self.waited.append(timeout)
-        return False
 
 
 @pytest.mark.django_db(transaction=True)
