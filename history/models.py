@@ -111,12 +111,6 @@ class Credential(models.Model):
     def __str__(self) -> str:
         return self.label or self.key_id
 
-    def has_scope(self, scope: str) -> bool:
-        return scope in self.scopes
-
-    def can_access_queues(self, names: list[str]) -> bool:
-        return self.queue_access == "*" or set(names) <= set(self.queue_access)
-
 
 class Operator(models.Model):
     """The identity a Django admin user acts under."""
@@ -131,9 +125,6 @@ class Operator(models.Model):
     namespace = _ref("Namespace", db_index=False)
     actor_id = models.CharField(max_length=32)
     queue_access = models.JSONField(default=list)
-
-    def can_access_queues(self, names: list[str]) -> bool:
-        return self.queue_access == "*" or set(names) <= set(self.queue_access)
 
 
 class WorkflowDefinition(models.Model):
