@@ -22,7 +22,7 @@ from history.selectors.instances import InstanceDetail, TaskDetail
 from history.selectors.operations import WorkflowOperationPage
 from history.selectors.pagination import Page
 from history.selectors.signals import SignalPage
-from history.selectors.steps import StepView
+from history.selectors.steps import CurrentStep
 from history.times import format_time
 
 
@@ -73,7 +73,7 @@ def task_summary(task: Task) -> dict:
     }
 
 
-def step_view(view: StepView) -> dict:
+def step_view(view: CurrentStep) -> dict:
     step = view.step
     data = {"id": step.id, "key": step.key, "kind": step.kind, "state": step.state, "revision": str(step.revision)}
     _optional(data, "current_activation_id", step.current_activation_id)
