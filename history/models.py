@@ -1,4 +1,4 @@
-"""The engine's tables (SPEC §3).
+"""The engine's tables.
 
 Rules that hold for every table here:
 - ids are 32 lowercase hex characters in a CharField (never UUIDField);
@@ -543,7 +543,7 @@ class Signal(models.Model):
     class Meta:
         indexes = [
             models.Index(fields=["workflow", "target_step_key", "state"], name="signal_target_state"),
-            # Seed migration workflow_signal_history: only this index, in a migration of its own.
+            # workflow_signal_history: the signal history list's index, added alone by migration 0002.
             models.Index(fields=["namespace", "workflow", "accepted_at", "id"], name="workflow_signal_history"),
         ]
 
