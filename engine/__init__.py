@@ -1,4 +1,4 @@
-"""The engine's background transitions (SPEC §4).
+"""The engine's state transitions, background and on request.
 
 Functions other layers (recovery, admin) call; each runs inside the caller's transaction with
 the rows it changes already locked in the order of ``history.locking`` unless it says otherwise:

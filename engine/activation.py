@@ -1,4 +1,4 @@
-"""Creating activations, tasks, poll rounds and waits (SPEC §4).
+"""Creating activations, tasks, poll rounds and waits.
 
 Every function here runs inside the caller's transaction, with the rows it changes already
 locked in the fixed order; none of them bumps the instance revision (the caller does once).

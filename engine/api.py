@@ -9,7 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from engine import openapi
-from engine.commands import id_argument, rfc3339
+from engine.commands import id_argument
 from engine.instances import instance_cancel, instance_pause, instance_resume, instance_start
 from engine.signals import signal_accept
 from engine.worker import task_claim, task_complete, task_heartbeat
@@ -19,6 +19,7 @@ from history.errors import InvalidArgument
 from history.idempotency import Receipt
 from history.models import Scope
 from history.tenancy import is_name
+from history.times import format_optional_time, format_time
 from weave_site.api.permissions import scope_required
 from weave_site.api.request_id import request_id_of
 
@@ -144,13 +145,13 @@ class QueueClaimView(APIView):
             "attempt": {
                 "id": attempt.id,
                 "number": attempt.number,
-                "lease_expires_at": rfc3339(attempt.lease_expires_at),
+                "lease_expires_at": format_optional_time(attempt.lease_expires_at),
             },
         }
         if task.source_round is not None:
             data["task"]["round"] = task.source_round
         if task.deadline_at is not None:
-            data["task"]["deadline_at"] = rfc3339(task.deadline_at)
+            data["task"]["deadline_at"] = format_time(task.deadline_at)
         return Response(data)
 
 
@@ -173,7 +174,7 @@ class TaskHeartbeatView(APIView):
             {
                 "task_id": attempt.task_id,
                 "attempt_id": attempt.id,
-                "lease_expires_at": rfc3339(attempt.lease_expires_at),
+                "lease_expires_at": format_optional_time(attempt.lease_expires_at),
                 "late": beat.late,
             }
         )

@@ -1,6 +1,5 @@
 """What the engine's command services share beyond ``history.fields`` and ``history.idempotency``."""
 
-import datetime as dt
 import re
 from typing import Any
 
@@ -26,11 +25,3 @@ def instance_visible(*, identity: Identity, instance_id: str) -> tuple[WorkflowI
     if definition is None or not identity.can_access_queues(definition.queues):
         raise NotFound(f"workflow {instance_id} not found")
     return instance, definition
-
-
-def rfc3339(value: dt.datetime | None) -> str | None:
-    """UTC with ``Z``; no fraction when it is zero, otherwise exactly 6 digits."""
-    if value is None:
-        return None
-    text = value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{text}.{value.microsecond:06d}Z" if value.microsecond else f"{text}Z"

@@ -1,4 +1,4 @@
-"""Inbox consumption: every result event and accepted signal, applied in order per instance (SPEC §4).
+"""Inbox consumption: every result event and accepted signal, applied in order per instance.
 
 One transaction per record. The record's sources are validated first (ownership both ways,
 namespace, fixed queue); a broken relation is corruption: the record is QUARANTINED and the

@@ -1,11 +1,11 @@
-"""Starting instances and controlling them: pause, resume, cancel (SPEC §4)."""
+"""Starting instances and controlling them: pause, resume, cancel."""
 
 import datetime as dt
 from typing import Any
 
 from engine.activation import correlation_key_of
 from engine.advance import continuation_create
-from engine.commands import instance_visible, rfc3339
+from engine.commands import instance_visible
 from engine.definitions import MAX_SECONDS
 from engine.state import FINISHED, gate_sync, touch
 from history import clock, fields, idempotency
@@ -27,6 +27,7 @@ from history.models import (
     WorkflowOperation,
 )
 from history.tenancy import is_name
+from history.times import format_time
 
 START_FIELDS = ("definition", "version", "input", "business_key", "deadline_seconds")
 CONTROL_FIELDS = ("expected_control_revision", "reason")
@@ -43,12 +44,12 @@ def instance_summary(instance: WorkflowInstance, definition: WorkflowDefinition)
         "revision": str(instance.revision),
         "control_revision": str(instance.control_revision),
         "business_key": instance.business_key,
-        "created_at": rfc3339(instance.created_at),
+        "created_at": format_time(instance.created_at),
     }
     if instance.stop_kind:
         data["stop_kind"] = instance.stop_kind
     if instance.deadline_at:
-        data["deadline_at"] = rfc3339(instance.deadline_at)
+        data["deadline_at"] = format_time(instance.deadline_at)
     return data
 
 

@@ -1,4 +1,4 @@
-"""The runner: one pass of every background duty, each item in its own transaction (SPEC §4).
+"""The runner: one pass of every background duty, each item in its own transaction.
 
 Candidates are found with plain reads; each item is then re-checked under row locks taken in
 the fixed order. Instances another runner holds are skipped (SKIP LOCKED) and picked up by a

@@ -1,4 +1,4 @@
-"""Signals: acceptance (with its audit and inbox record) and matching to waits (SPEC §4 SIGNAL)."""
+"""Signals: acceptance (with its audit and inbox record) and matching to the waits of SIGNAL steps."""
 
 import datetime as dt
 from typing import Any
@@ -6,7 +6,7 @@ from typing import Any
 from django.db.models import Exists, OuterRef
 
 from engine.advance import continuation_create
-from engine.commands import instance_visible, rfc3339
+from engine.commands import instance_visible
 from engine.definitions import contract_violation
 from engine.state import FINISHED, instance_enter_review, touch
 from history import clock, fields, idempotency
@@ -35,6 +35,7 @@ from history.models import (
     WorkflowDefinition,
     WorkflowInstance,
 )
+from history.times import format_time
 
 SIGNAL_FIELDS = (
     "name",
@@ -134,8 +135,8 @@ def signal_accept(
             "correlation_key": correlation_key,
             "target_step_key": step_key,
             "target_activation_sequence": sequence,
-            "accepted_at": rfc3339(now),
-            "expires_at": rfc3339(signal.expires_at),
+            "accepted_at": format_time(now),
+            "expires_at": format_time(signal.expires_at),
             "actor_id": identity.actor_id,
             "revision": str(signal.revision),
         }

@@ -1,4 +1,4 @@
-"""The stop path: settling a CANCELLING instance (SPEC §4 Cancel / Instance deadline)."""
+"""The stop path: settling a CANCELLING instance, after a cancel or its deadline."""
 
 from engine.advance import instance_lock_graph
 from engine.quota import permit_release

@@ -95,7 +95,9 @@ class ActivationView:
 
 
 @dataclass
-class StepView:
+class StepActivations:
+    """A step with the activations the admin page shows of it, each with its tasks, rounds and wait."""
+
     step: models.Step
     activations: list[ActivationView]
 
@@ -104,7 +106,7 @@ class StepView:
 class InstancePage:
     instance: models.WorkflowInstance
     gate: models.Gate | None
-    steps: list[StepView]
+    steps: list[StepActivations]
     inbox: list[models.InboxRecord]
     signals: list[models.Signal]
     workflow_operations: list[models.WorkflowOperation]
@@ -156,8 +158,8 @@ def instance_page(*, instance: models.WorkflowInstance, with_audit: bool, recent
             )
         )
     order = {key: index for index, key in enumerate(specs)}
-    step_views = sorted(
-        (StepView(step=s, activations=views_by_step.get(s.id, [])) for s in steps),
+    step_rows = sorted(
+        (StepActivations(step=s, activations=views_by_step.get(s.id, [])) for s in steps),
         key=lambda view: (order.get(view.step.key, len(order)), view.step.key),
     )
     inbox = list(models.InboxRecord.objects.filter(instance_id=instance.id).order_by("-created_at", "-id")[:recent])
@@ -174,7 +176,7 @@ def instance_page(*, instance: models.WorkflowInstance, with_audit: bool, recent
     return InstancePage(
         instance=instance,
         gate=models.Gate.objects.filter(instance_id=instance.id).first(),
-        steps=step_views,
+        steps=step_rows,
         inbox=inbox,
         signals=signals,
         workflow_operations=operations,

@@ -22,7 +22,7 @@ def register_eligibility(fn: EligibilityFn) -> None:
 def eligibility_for(instance: Any, steps: Sequence[Any]) -> dict:
     """The eligibility document of ``instance``.
 
-    ``steps`` are the instance's ``StepView`` rows (``$root`` excluded, definition order),
+    ``steps`` are the instance's ``CurrentStep`` rows (``$root`` excluded, definition order),
     each with its step, current activation and that activation's task already loaded.
     """
     if _provider is None:

@@ -1,4 +1,4 @@
-"""Errors every layer raises; the API maps each to its status and envelope (SPEC §6, §7)."""
+"""Errors every layer raises; the API maps each to its HTTP status and error envelope."""
 
 
 class WeaveError(Exception):

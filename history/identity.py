@@ -15,9 +15,6 @@ class Identity:
     credential_id: str | None = None
     application_id: str | None = None
 
-    def has_scope(self, scope: str) -> bool:
-        return scope in self.scopes
-
     def require_scope(self, scope: str) -> None:
         if scope not in self.scopes:
             raise PermissionDenied(f"this credential lacks the {scope} scope")

@@ -1,4 +1,5 @@
-"""Identifier, step-key and revision formats (SPEC §2)."""
+"""Identifier, step-key and revision formats: an id is 32 lowercase hex characters, a revision the decimal string
+of a positive uint64, a step key 1-64 ASCII letters, digits, ``_.-`` starting with a letter or digit."""
 
 import re
 import uuid

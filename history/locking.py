@@ -1,4 +1,4 @@
-"""The one lock order of the code base (SPEC §5.2), and bounded deadlock retry.
+"""The one lock order of the code base, and bounded deadlock retry.
 
 Every transaction that writes engine rows — recovery operations and engine transitions
 alike — takes its row locks through a ``LockSet``: credential → application quota →

@@ -1,4 +1,4 @@
-"""The engine's tables (SPEC §3).
+"""The engine's tables.
 
 Rules that hold for every table here:
 - ids are 32 lowercase hex characters in a CharField (never UUIDField);
@@ -111,12 +111,6 @@ class Credential(models.Model):
     def __str__(self) -> str:
         return self.label or self.key_id
 
-    def has_scope(self, scope: str) -> bool:
-        return scope in self.scopes
-
-    def can_access_queues(self, names: list[str]) -> bool:
-        return self.queue_access == "*" or set(names) <= set(self.queue_access)
-
 
 class Operator(models.Model):
     """The identity a Django admin user acts under."""
@@ -131,9 +125,6 @@ class Operator(models.Model):
     namespace = _ref("Namespace", db_index=False)
     actor_id = models.CharField(max_length=32)
     queue_access = models.JSONField(default=list)
-
-    def can_access_queues(self, names: list[str]) -> bool:
-        return self.queue_access == "*" or set(names) <= set(self.queue_access)
 
 
 class WorkflowDefinition(models.Model):
@@ -552,7 +543,7 @@ class Signal(models.Model):
     class Meta:
         indexes = [
             models.Index(fields=["workflow", "target_step_key", "state"], name="signal_target_state"),
-            # Seed migration workflow_signal_history: only this index, in a migration of its own.
+            # workflow_signal_history: the signal history list's index, added alone by migration 0002.
             models.Index(fields=["namespace", "workflow", "accepted_at", "id"], name="workflow_signal_history"),
         ]
 

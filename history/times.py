@@ -1,4 +1,4 @@
-"""The one time format of every answer (SPEC §2): RFC 3339 in UTC with ``Z``."""
+"""The one time format of every answer: RFC 3339 in UTC with ``Z``."""
 
 import datetime as dt
 
@@ -9,3 +9,8 @@ def format_time(value: dt.datetime) -> str:
     if utc.microsecond:
         return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_optional_time(value: dt.datetime | None) -> str | None:
+    """``format_time`` of a time; an absent time stays absent (JSON null)."""
+    return None if value is None else format_time(value)

@@ -1,4 +1,4 @@
-"""POST /v1/workflows/{id}/recovery/{operation}: the six operations over HTTP (SPEC §7).
+"""POST /v1/workflows/{id}/recovery/{operation}: the six operations over HTTP.
 
 The view only reads the Idempotency-Key header and the JSON body and calls the operation's
 service; the receipt's stored text is answered verbatim, so a replay's ``data`` is
@@ -91,7 +91,7 @@ COMMANDS = {name: _described(operation) for name, operation in OPERATIONS.items(
 
 
 class RecoveryReceipt(serializers.Serializer):
-    """The receipt's data (SPEC §7); the optional members say what the operation touched."""
+    """The receipt's data; the optional members say what the operation touched."""
 
     operation_id = schema.IdField(help_text="the operation_id of the workflow audit")
     execution_operation_id = schema.IdField(required=False, help_text="ReviewTask: the execution audit's")

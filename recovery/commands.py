@@ -1,4 +1,4 @@
-"""The six recovery commands as validated, immutable values (SPEC §5.1).
+"""The six recovery commands as validated, immutable values.
 
 A command is a flat JSON object (``history.exactjson.loads`` output). Every field is checked
 here, by the rules of ``history.fields`` the engine's commands share, before anything is read

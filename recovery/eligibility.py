@@ -182,7 +182,7 @@ def instance_eligibility_document(instance: WorkflowInstance, steps) -> dict:
 
     What is possible does not depend on who reads it, so it is judged with the instance's own
     namespace and every queue (the reader passed the namespace and queue checks already).
-    ``instance`` and ``steps`` (its StepViews) are the rows the reader already loaded: outside
+    ``instance`` and ``steps`` (its ``CurrentStep`` rows) are the rows the reader already loaded: outside
     NEEDS_REVIEW every operation is refused for the instance's state, known without reading more.
     """
     rows = [view.step for view in steps]

@@ -122,7 +122,7 @@ def recovery_form_class(operation: OperationForm) -> type[forms.Form]:
 
 
 def form_command(operation: OperationForm, data: dict) -> dict:
-    """The flat JSON command of SPEC §5.1 from a valid form's cleaned data."""
+    """The flat JSON command the API takes, built from a valid form's cleaned data."""
     command = {
         "expected_revision": data["expected_revision"],
         "reason": data["reason"],

@@ -1,4 +1,4 @@
-"""The schema itself: zero foreign keys, and an index for every list the seeds describe."""
+"""The schema itself: zero foreign keys, and a keyset index for every list the API pages."""
 
 import pytest
 from django.apps import apps

@@ -1,4 +1,4 @@
-"""GET endpoints of the history read API (SPEC §6): validate, call one selector, present.
+"""GET endpoints of the history read API: validate, call one selector, present.
 
 Order of checks: 401 and 403 in the permission classes, then the syntactic 400s here
 (path ids, step key, query parameters, cursor signature and binding), then the selector's

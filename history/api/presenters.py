@@ -1,4 +1,4 @@
-"""Response bodies of the history read API (SPEC §6), field by field.
+"""Response bodies of the history read API, field by field.
 
 Absent, never null: an optional field is left out when it has no value. Revisions are
 decimal strings, times go through ``format_time``, and client JSON is embedded byte-exact
@@ -22,7 +22,7 @@ from history.selectors.instances import InstanceDetail, TaskDetail
 from history.selectors.operations import WorkflowOperationPage
 from history.selectors.pagination import Page
 from history.selectors.signals import SignalPage
-from history.selectors.steps import StepView
+from history.selectors.steps import CurrentStep
 from history.times import format_time
 
 
@@ -73,7 +73,7 @@ def task_summary(task: Task) -> dict:
     }
 
 
-def step_view(view: StepView) -> dict:
+def step_view(view: CurrentStep) -> dict:
     step = view.step
     data = {"id": step.id, "key": step.key, "kind": step.kind, "state": step.state, "revision": str(step.revision)}
     _optional(data, "current_activation_id", step.current_activation_id)
@@ -312,7 +312,7 @@ def signal_page(result: SignalPage, *, next_cursor: str | None) -> dict:
 
 
 def signal_operation_page(page: Page[SignalOperation], *, next_cursor: str | None) -> dict:
-    # The seed's shape: items and cursor only; each item names its workflow and signal.
+    # Items and cursor only, no parent fields: each item names its workflow and signal itself.
     return _page({}, items=[signal_operation_item(r) for r in page.items], next_cursor=next_cursor)
 
 

@@ -25,7 +25,7 @@ from history.selectors.access import (
     step_spec_of,
 )
 from history.selectors.pagination import ListKind, Page, keyset_page
-from history.selectors.steps import StepView, check_activation_of, step_views
+from history.selectors.steps import CurrentStep, check_activation_of, step_views
 
 ACTIVATIONS = ListKind("activations", Activation, ("sequence",))
 POLL_ROUNDS = ListKind("poll_rounds", PollRound, ("round", "id"))
@@ -58,7 +58,7 @@ class ActivationPage:
 @dataclass(frozen=True)
 class ActivationDetail:
     instance: WorkflowInstance
-    step: StepView
+    step: CurrentStep
     activation: Activation
     # POLL only: the activation itself, whose frozen budget forms the poll section.
     poll: Activation | None

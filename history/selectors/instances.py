@@ -11,14 +11,14 @@ from history.identity import Identity
 from history.ids import ROOT_STEP_KEY
 from history.models import Activation, Attempt, PollRound, ResultEvent, Step, StepKind, Task, WorkflowInstance
 from history.selectors.access import fixed_queue_id, instance_get_readable
-from history.selectors.steps import StepView, step_views
+from history.selectors.steps import CurrentStep, step_views
 
 
 @dataclass(frozen=True)
 class InstanceDetail:
     instance: WorkflowInstance
     namespace: str
-    steps: list[StepView]
+    steps: list[CurrentStep]
     eligibility: dict
 
 

@@ -1,4 +1,4 @@
-"""Keyset pages and their signed cursors (SPEC §6).
+"""Keyset pages and their signed cursors.
 
 A page reads ``limit + 1`` keys in a unique, index-backed order and never counts. Its cursor
 is the key of the last row shown, signed with ``django.core.signing`` under a salt of its own

@@ -8,7 +8,9 @@ from history.models import Activation, Step, StepKind, Task, WorkflowInstance
 
 
 @dataclass(frozen=True)
-class StepView:
+class CurrentStep:
+    """A step as the read API shows it: the step, its current activation and that activation's task."""
+
     step: Step
     current_activation: Activation | None
     # TASK: the activation's task; POLL: the query task of its last round.
@@ -31,7 +33,7 @@ def check_activation_of(*, step: Step, activation: Activation) -> None:
 
 def step_views(
     *, instance: WorkflowInstance, steps: Iterable[Step], loaded: Iterable[Activation] = ()
-) -> list[StepView]:
+) -> list[CurrentStep]:
     """The current view of each step, in two queries whatever the history size.
 
     ``loaded`` are activations the caller already read (they are not read again).
@@ -61,7 +63,7 @@ def step_views(
             raise Unavailable(f"the task of step {step.key!r}'s current activation does not exist")
         if task is not None:
             check_task_source(instance=instance, activation=activation, task=task)
-        views.append(StepView(step=step, current_activation=activation, task=task))
+        views.append(CurrentStep(step=step, current_activation=activation, task=task))
     return views
 
 

@@ -171,7 +171,7 @@ class WeaveClient:
         for page in self.iter_pages(list_method, *args, limit=limit):
             yield from page.items
 
-    # History reads (SPEC §6)
+    # History reads
 
     def list_workflow_activations(
         self, workflow_id: str, step_key: str, *, limit: int | None = None, cursor: str | None = None

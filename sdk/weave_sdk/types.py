@@ -350,7 +350,7 @@ class Completion:
 
 @model
 class Receipt:
-    """The answer of a recovery operation (SPEC §7)."""
+    """The answer of a recovery operation."""
 
     operation_id: str
     operation: str

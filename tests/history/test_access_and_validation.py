@@ -1,4 +1,4 @@
-"""Authentication, scopes, syntactic checks and their order on every read endpoint (SPEC §6)."""
+"""Authentication, scopes, syntactic checks and their order on every read endpoint."""
 
 import re
 

@@ -1,4 +1,4 @@
-"""Activations of a step, one activation in detail, and a POLL activation's rounds (SPEC §6)."""
+"""Activations of a step, one activation in detail, and a POLL activation's rounds."""
 
 import datetime as dt
 

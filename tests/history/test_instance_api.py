@@ -1,4 +1,4 @@
-"""The instance detail, one task's execution history_rows, and the workflow audit (SPEC §6)."""
+"""The instance detail, one task's execution history_rows, and the workflow audit."""
 
 import datetime as dt
 

@@ -208,7 +208,7 @@ def test_every_post_operation_documents_its_command_answer_and_only_the_errors_i
             assert parameters[name]["in"] == "path" and parameters[name]["schema"]["pattern"].startswith("^")
         key = parameters.get("Idempotency-Key")
         assert (key is not None and key["in"] == "header" and key["required"]) == (operation_id in IDEMPOTENT)
-    # SPEC §7: the receipt's data, with the members only some operations touch.
+    # The receipt's data: members every operation answers, and those only some operations touch.
     always = {"operation_id", "operation", "workflow_id", "revision", "control_revision", "state", "paused"}
     sometimes = {"execution_operation_id", "step_key", "activation_id", "activation_sequence", "task_id"}
     receipt = components["RecoveryReceipt"]

@@ -1,4 +1,4 @@
-"""A workflow's signals, one signal, and the signal resource audit (SPEC §6)."""
+"""A workflow's signals, one signal, and the signal resource audit."""
 
 import datetime as dt
 

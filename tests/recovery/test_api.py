@@ -1,4 +1,4 @@
-"""The recovery API (SPEC §7): routes, Idempotency-Key, status mapping, byte-identical replays."""
+"""The recovery API: routes, Idempotency-Key, status mapping, byte-identical replays."""
 
 import json
 

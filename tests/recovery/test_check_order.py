@@ -1,4 +1,4 @@
-"""The order of checks and idempotency (SPEC §5.1): each refusal is the first failing check, nothing written."""
+"""The order of checks and idempotency: each refusal is the first failing check, nothing written."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Command validation (SPEC §5.1): every violation is INVALID_ARGUMENT naming the field, nothing written."""
+"""Command validation: every violation is INVALID_ARGUMENT naming the field, nothing written."""
 
 import pytest
 

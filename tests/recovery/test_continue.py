@@ -1,4 +1,4 @@
-"""Continue (SPEC §5.3, seed §1 and §5): lift the review only when the server's own checks allow it."""
+"""Continue: lift the review only when the server's own checks allow it."""
 
 import datetime as dt
 

@@ -1,4 +1,4 @@
-"""ContinuePoll (SPEC §5.3, seed §1): resume the original wait after an authoritative PENDING."""
+"""ContinuePoll: resume the original wait after an authoritative PENDING."""
 
 import datetime as dt
 

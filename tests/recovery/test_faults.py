@@ -1,4 +1,4 @@
-"""A fault injected at any write of any operation leaves every table exactly as it was (SPEC §5.2)."""
+"""A fault injected at any write of any operation leaves every table exactly as it was."""
 
 import pytest
 from django.db import DatabaseError, connection

@@ -1,4 +1,4 @@
-"""A recovery operation's query count is bounded, by neither the table sizes nor the step's history (SPEC §9)."""
+"""A recovery operation's query count is bounded, by neither the table sizes nor the step's history."""
 
 import pytest
 from django.db import connection

@@ -1,4 +1,4 @@
-"""RearmWait (SPEC §5.3, seed §1): a new wait generation inside the original deadline."""
+"""RearmWait: a new wait generation inside the original deadline."""
 
 import datetime as dt
 

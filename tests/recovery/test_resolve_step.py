@@ -1,4 +1,4 @@
-"""ResolveStep (SPEC §5.3, seed §1): a management conclusion on the current activation, nothing re-run."""
+"""ResolveStep: a management conclusion on the current activation, nothing re-run."""
 
 import datetime as dt
 

@@ -1,4 +1,4 @@
-"""RetryStep (SPEC §5.3, seed §1 and §4): a new activation within the original budget, nothing else."""
+"""RetryStep: a new activation within the original budget, nothing else."""
 
 import datetime as dt
 

@@ -1,4 +1,4 @@
-"""ReviewTask (SPEC §5.3, seed §1): settle a task in review; never resolve the step or lift the review."""
+"""ReviewTask: settle a task in review; never resolve the step or lift the review."""
 
 import pytest
 from django.db import connection

@@ -1,4 +1,4 @@
-"""The seed's internal call sequences (section 6), with the engine's REVIEWED consumption stood in by
+"""Each recovery scenario as the operations an operator calls, with the engine's REVIEWED consumption stood in by
 ``states.reviewed_record_consume`` until the engine's inbox consumer lands."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""Races with real threads on MariaDB (SPEC §9): one effect per key, one winner per revision, operations
+"""Races with real threads on MariaDB: one effect per key, one winner per revision, operations
 against the runner, the workers and pause/resume, and no deadlock or lock timeout reaching a client."""
 
 import datetime as dt
@@ -189,8 +189,8 @@ def test_one_key_from_32_clients_makes_one_effect_and_32_byte_identical_receipts
     states.assert_invariants(state)
 
 
-# The first commit moves the revision every other key read (ABORTED), except where an earlier check of
-# SPEC §5.1 already refuses: ReviewTask leaves its REVIEWED record unconsumed in the inbox, and Continue
+# The first commit moves the revision every other key read (ABORTED), except where a check made before
+# the revision check already refuses: ReviewTask leaves its REVIEWED record unconsumed in the inbox, and Continue
 # takes the instance out of NEEDS_REVIEW (both FAILED_PRECONDITION).
 REFUSAL = {"review-task": "FAILED_PRECONDITION", "continue": "FAILED_PRECONDITION"}
 
@@ -238,7 +238,7 @@ def _recovery_rows(instance: WorkflowInstance) -> list:
 CONTROLS = {"pause": (instance_pause, "workflow.pause"), "resume": (instance_resume, "workflow.resume")}
 
 
-# SPEC §4/§5.2: pause and resume carry only expected_control_revision, a recovery operation only
+# Pause and resume carry only expected_control_revision, a recovery operation only
 # expected_revision, and each bumps both: whichever commits first makes the other's revision stale.
 @pytest.mark.parametrize("control", sorted(CONTROLS))
 @pytest.mark.parametrize(("name", "service", "build", "make"), OPERATION_CASES, ids=OPERATION_IDS)

@@ -2,7 +2,7 @@
 
 The endpoint list is read from the URLconf and must equal ENDPOINTS, so a new route cannot be
 left out; the admin pages are read from the admin site's registry and the instance admin's
-own URLs. Refusals follow SPEC §6 order (401 → 403 → 400 → 404) and write nothing; tokens
+own URLs. Refusals come in the order 401 → 403 → 400 → 404 and write nothing; tokens
 are kept only as digests, never logged; cursors cannot be forged or moved.
 """
 

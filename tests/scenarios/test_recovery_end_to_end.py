@@ -1,4 +1,4 @@
-"""The recovery scenarios of SPEC §5.4 on states the real engine produced (weave_demo), run to their end.
+"""The seven recovery scenarios on states the real engine produced (weave_demo), run to their end.
 
 Each scenario goes through the engine's own paths — runner passes and worker claims — between
 the operator's decisions, and ends with the invariant checker clean.

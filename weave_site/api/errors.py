@@ -1,4 +1,4 @@
-"""Every API error answers in the envelope, with the codes of SPEC §6–§7."""
+"""Every API error answers in the one envelope, its code and status from ``history.errors``."""
 
 import logging
 

@@ -1,4 +1,5 @@
-"""Seed 002's three JSON examples (sections 2-4), reproduced from real rows."""
+"""Three complete answers, values and key order, reproduced from real rows: a recovered step's activations,
+a POLL round under two activations, and a signal operation's detail."""
 
 import datetime as dt
 import json
@@ -12,7 +13,7 @@ S = dt.timedelta(seconds=1)
 ID = {c: c * 32 for c in "123456789abc"}
 
 
-def _seed_instance(namespace, *, revision):
+def _example_instance(namespace, *, revision):
     return WorkflowInstanceFactory(
         id=ID["1"],
         namespace=namespace,
@@ -23,12 +24,12 @@ def _seed_instance(namespace, *, revision):
 
 
 def _same_text(data, expected):
-    """Equal values and the same key order, as the seed prints them."""
+    """Equal values in the same key order."""
     assert json.dumps(data) == json.dumps(expected)
 
 
 def test_page_two_of_a_recovered_step_lists_generation_one_while_the_current_is_generation_two(namespace, reader, call):
-    instance = _seed_instance(namespace, revision=12)
+    instance = _example_instance(namespace, revision=12)
     step = step_of(instance, "charge")
     activate(
         step,
@@ -74,7 +75,7 @@ def test_page_two_of_a_recovered_step_lists_generation_one_while_the_current_is_
 
 
 def test_poll_round_one_exists_under_two_activations_and_each_lists_its_own(namespace, reader, call):
-    instance = _seed_instance(namespace, revision=20)
+    instance = _example_instance(namespace, revision=20)
     step = step_of(instance, "settle")
     first = activate(step, state=ActivationState.FAILED, created_at=T0)
     earlier = poll_round(first, 1, created_at=T0 + S)
@@ -107,7 +108,7 @@ def test_poll_round_one_exists_under_two_activations_and_each_lists_its_own(name
 
 
 def test_signal_operation_detail_keeps_before_null_and_the_acceptance_snapshot(namespace, auditor, call):
-    instance = _seed_instance(namespace, revision=5)
+    instance = _example_instance(namespace, revision=5)
     signal, _ = accept_signal(
         instance,
         id=ID["9"],
