@@ -24,6 +24,7 @@ from django.db.models.functions import Coalesce, Collate
 
 from engine.state import instance_control_touch
 from history import clock, idempotency
+from history.audits import audit_write
 from history.errors import Aborted, FailedPrecondition, NotFound, ResourceExhausted, Unauthenticated, Unavailable
 from history.idempotency import KeyRaced, Receipt, receipt_claim, receipt_freeze, receipt_replay
 from history.identity import Identity
@@ -660,21 +661,22 @@ def _commit(*, operation, identity, instance_id, key, fingerprint, command, requ
     operation_id = new_id()
     effect = operation.apply(ctx, command, plan, operation_id=operation_id)
     instance_control_touch(instance=instance, now=ctx.now)
-    audit = WorkflowOperation.objects.create(
+    audit = audit_write(
+        model=WorkflowOperation,
         namespace_id=instance.namespace_id,
-        workflow=instance,
-        operation_id=operation_id,
         actor_id=identity.actor_id,
         action=operation.action,
         reason=command.reason,
         evidence_ref=command.evidence_ref,
         request_id=request_id,
+        before={"instance": before, **effect.before},
+        after={"instance": instance_snapshot(instance, gate), **effect.after},
+        now=ctx.now,
+        workflow=instance,
+        operation_id=operation_id,
         step_key=effect.step_key,
         activation=effect.activation,
         execution_audit=effect.execution_audit,
-        before={"instance": before, **effect.before},
-        after={"instance": instance_snapshot(instance, gate), **effect.after},
-        created_at=ctx.now,
     )
     receipt = receipt_freeze(row=row, data=_receipt_data(operation, instance, audit, effect))
     operation.publish(ctx, plan)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from engine.results import result_event_publish
 from engine.worker import task_settle_reviewed
+from history.audits import audit_write
 from history.errors import Aborted, FailedPrecondition, NotFound, Unavailable
 from history.idempotency import Receipt
 from history.identity import Identity
@@ -109,10 +110,9 @@ class ReviewTask(Operation):
             queue=queue,
         )
         after = task_snapshot(task) | {"result_digest": command.result.digest}
-        execution_audit = ExecutionAudit.objects.create(
+        execution_audit = audit_write(
+            model=ExecutionAudit,
             namespace_id=task.namespace_id,
-            task=task,
-            operation_id=new_id(),
             actor_id=ctx.identity.actor_id,
             action="task.review",
             reason=command.reason,
@@ -120,7 +120,9 @@ class ReviewTask(Operation):
             request_id=ctx.request_id,
             before=before,
             after=after,
-            created_at=ctx.now,
+            now=ctx.now,
+            task=task,
+            operation_id=new_id(),
         )
         return Effect(
             before={"task": before},
