@@ -1,4 +1,4 @@
-"""Starting instances and controlling them: pause, resume, cancel (SPEC §4)."""
+"""Starting instances and controlling them: pause, resume, cancel."""
 
 import datetime as dt
 from typing import Any

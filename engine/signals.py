@@ -1,4 +1,4 @@
-"""Signals: acceptance (with its audit and inbox record) and matching to waits (SPEC §4 SIGNAL)."""
+"""Signals: acceptance (with its audit and inbox record) and matching to waits."""
 
 import datetime as dt
 from typing import Any

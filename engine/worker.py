@@ -1,4 +1,4 @@
-"""The worker protocol: claim a task through an open gate, heartbeat its lease, complete it (SPEC §4).
+"""The worker protocol: claim a task through an open gate, heartbeat its lease, complete it.
 
 The lease is enforced by the runner's lease-expiry pass: until that pass turns a RUNNING
 attempt UNKNOWN, its worker still owns it (a heartbeat extends it, a completion is accepted);
