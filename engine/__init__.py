@@ -1,14 +1,16 @@
-"""The engine's state transitions, background and on request.
+"""Every state transition of a workflow, for the background runner and for the operator's recovery alike.
 
 Functions other layers (recovery, admin) call; each runs inside the caller's transaction with
 the rows it changes already locked in the order of ``history.locking`` unless it says otherwise:
 
 - quota: ``quota_lock``, ``quota_lock_for_task``, ``permit_take``, ``permit_release``
 - activation: ``task_create``, ``poll_round_start``, ``wait_create``, ``step_activate``,
-  ``correlation_key_of``
+  ``correlation_key_of``, ``wait_supersede`` and ``activation_retry`` (the operator's re-runs)
 - advance: ``continuation_create`` (the runner then advances), ``instance_advance``,
   ``instance_lock_graph``
-- state: ``touch`` (revision bump), ``gate_sync``, ``instance_enter_review``
+- state: ``touch`` (revision bump), ``gate_sync``, ``instance_enter_review``, ``instance_review_lift``,
+  ``instance_control_touch``
+- worker: ``task_settle_reviewed`` (the operator's verified outcome)
 - definitions: ``contract_violation``, ``poll_classify``; signals: ``signal_spec_of``
 - own transactions: ``stop.instance_stop_settle``, ``inbox.inbox_consume_next``,
   ``runner.runner_pass`` / ``runner_settle``, and the services of ``instances``, ``signals``

@@ -1,4 +1,4 @@
-"""Creating activations, tasks, poll rounds and waits.
+"""Creating activations, tasks, poll rounds and waits: first activations and the operator's re-runs.
 
 Every function here runs inside the caller's transaction, with the rows it changes already
 locked in the fixed order; none of them bumps the instance revision (the caller does once).
@@ -11,17 +11,22 @@ from engine.quota import Quota, permit_take
 from engine.state import touch
 from history import clock, exactjson
 from history.errors import InvalidArgument
+from history.ids import new_id
 from history.locking import LockSet
 from history.models import (
     Activation,
     ActivationState,
+    Application,
     PollRound,
+    Queue,
     Step,
     StepKind,
     StepState,
     Task,
+    TaskState,
     Wait,
     WaitKind,
+    WaitState,
     WorkflowInstance,
 )
 
@@ -240,3 +245,143 @@ def step_activate(*, locks: LockSet, quota: Quota, instance: WorkflowInstance, s
     step.current_activation = activation
     touch(step, now)
     return True
+
+
+def wait_supersede(
+    *,
+    instance: WorkflowInstance,
+    step: Step,
+    activation: Activation,
+    wait: Wait,
+    now: dt.datetime,
+    carried: dict[str, object] | None = None,
+) -> tuple[Activation, Wait]:
+    """Activation sequence+1 WAITING on wait generation+1 with the same contract, correlation key, deadline and
+    fire_at (a deadline is never extended); the old activation and wait become SUPERSEDED, the old wait keeping
+    its winner, and the step WAITING on the new activation. ``carried``: the POLL fields the new activation keeps.
+
+    Step, activation and wait must be locked; the caller bumps the instance.
+    """
+    activation_id, wait_id = new_id(), new_id()
+    following = Activation.objects.create(
+        id=activation_id,
+        step=step,
+        instance=instance,
+        sequence=activation.sequence + 1,
+        state=ActivationState.WAITING,
+        input=activation.input,
+        deadline_at=activation.deadline_at,
+        latest_start_at=activation.latest_start_at,
+        wait_id=wait_id,
+        created_at=now,
+        updated_at=now,
+        **(carried or {}),
+    )
+    new_wait = Wait.objects.create(
+        id=wait_id,
+        instance=instance,
+        step=step,
+        activation=following,
+        kind=wait.kind,
+        generation=wait.generation + 1,
+        signal_name=wait.signal_name,
+        payload_version=wait.payload_version,
+        correlation_key=wait.correlation_key,
+        deadline_at=wait.deadline_at,
+        fire_at=wait.fire_at,
+        state=WaitState.WAITING,
+        created_at=now,
+        updated_at=now,
+    )
+    touch(wait, now, state=WaitState.SUPERSEDED)
+    touch(activation, now, state=ActivationState.SUPERSEDED)
+    touch(step, now, state=StepState.WAITING, current_activation=following)
+    return following, new_wait
+
+
+def activation_retry(
+    *,
+    locks: LockSet,
+    application: Application,
+    queue: Queue,
+    instance: WorkflowInstance,
+    step: Step,
+    current: Activation,
+    first: Activation,
+    previous: Task,
+    original: Task,
+    max_attempts: int,
+    business_round: int | None,
+    attempts_used: int,
+    now: dt.datetime,
+) -> tuple[Activation, Task] | None:
+    """Re-run a TASK or POLL step: activation sequence+1 ACTIVE and a QUEUED task that retries ``previous``.
+
+    The activation keeps the first activation's input and deadlines; the task keeps the previous task's
+    handler, application, queue, priority, input and keys, the original task's deadline and latest start,
+    and gets ``max_attempts`` (what the chain left of its budget). A POLL step re-queries the same business
+    round (a PollRound row, the round's frozen limits, its used rounds unchanged). The old activation is
+    SUPERSEDED unless it ended FAILED or CANCELLED; the step is ACTIVE on the new one. The task takes a
+    permit of ``application`` and ``queue`` (locked): None, with nothing written, when either is full.
+    """
+    if not permit_take(locks=locks, application=application, queue=queue):
+        return None
+    activation_id, task_id = new_id(), new_id()
+    is_poll = step.kind == StepKind.POLL
+    poll = {}
+    if is_poll:
+        poll = {
+            "first_round": business_round,
+            "first_round_attempts_used": attempts_used,
+            "used_rounds": current.used_rounds,
+            "max_rounds": current.max_rounds,
+            "attempts_per_round": current.attempts_per_round,
+            "interval_seconds": current.interval_seconds,
+            "poll_deadline_at": current.poll_deadline_at,
+            "round_deadline_at": original.deadline_at,
+            "last_task_id": task_id,
+        }
+    activation = Activation.objects.create(
+        id=activation_id,
+        step=step,
+        instance=instance,
+        sequence=current.sequence + 1,
+        state=ActivationState.ACTIVE,
+        task_id=None if is_poll else task_id,
+        input=first.input,
+        deadline_at=first.deadline_at,
+        latest_start_at=first.latest_start_at,
+        created_at=now,
+        updated_at=now,
+        **poll,
+    )
+    task = Task.objects.create(
+        id=task_id,
+        namespace_id=previous.namespace_id,
+        application_id=previous.application_id,
+        queue_id=previous.queue_id,
+        handler=previous.handler,
+        priority=previous.priority,
+        input=previous.input,
+        business_key=previous.business_key,
+        concurrency_key=previous.concurrency_key,
+        state=TaskState.QUEUED,
+        max_attempts=max_attempts,
+        deadline_at=original.deadline_at,
+        latest_start_at=original.latest_start_at,
+        retry_of=previous,
+        source_instance=instance,
+        source_activation=activation,
+        source_round=business_round,
+        permit_held=True,
+        created_at=now,
+        updated_at=now,
+    )
+    if is_poll:
+        PollRound.objects.create(
+            activation=activation, instance=instance, round=business_round, task=task, created_at=now
+        )
+    if current.state not in (ActivationState.FAILED, ActivationState.CANCELLED):
+        touch(current, now, state=ActivationState.SUPERSEDED)
+    touch(step, now, state=StepState.ACTIVE, current_activation=activation)
+    return activation, task

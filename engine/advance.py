@@ -1,5 +1,7 @@
 """Advancing the graph: activating ready steps, finishing the instance, applying continuations."""
 
+import datetime as dt
+
 from engine.activation import step_activate
 from engine.quota import Quota, quota_lock
 from engine.state import gate_sync, touch
@@ -64,9 +66,15 @@ def instance_advance(
     return complete
 
 
-def continuation_create(*, instance: WorkflowInstance, step_key: str = ROOT_STEP_KEY, kind: str = "ROOT") -> None:
+def continuation_create(
+    *,
+    instance: WorkflowInstance,
+    step_key: str = ROOT_STEP_KEY,
+    kind: str = "ROOT",
+    now: dt.datetime | None = None,
+) -> Continuation:
     """Ask the runner to advance the instance (``$root``: a root continuation; else after that step)."""
-    Continuation.objects.create(instance=instance, step_key=step_key, kind=kind, created_at=clock.now())
+    return Continuation.objects.create(instance=instance, step_key=step_key, kind=kind, created_at=now or clock.now())
 
 
 def instance_lock_graph(

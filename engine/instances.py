@@ -7,8 +7,9 @@ from engine.activation import correlation_key_of
 from engine.advance import continuation_create
 from engine.commands import instance_visible
 from engine.definitions import MAX_SECONDS
-from engine.state import FINISHED, gate_sync, touch
+from engine.state import FINISHED, gate_sync, instance_control_touch
 from history import clock, fields, idempotency
+from history.audits import audit_write
 from history.errors import Aborted, FailedPrecondition, NotFound
 from history.idempotency import Receipt
 from history.identity import Identity
@@ -120,16 +121,17 @@ def instance_start(*, identity: Identity, command: Any, idempotency_key: Any, re
         )
         continuation_create(instance=instance)
         summary = instance_summary(instance, definition)
-        WorkflowOperation.objects.create(
+        audit_write(
+            model=WorkflowOperation,
             namespace_id=identity.namespace_id,
-            workflow=instance,
             actor_id=identity.actor_id,
             action="workflow.start",
             reason="",
             request_id=request_id,
             before=None,
             after=summary,
-            created_at=now,
+            now=now,
+            workflow=instance,
         )
         return summary
 
@@ -165,19 +167,19 @@ def _control(*, identity: Identity, instance_id: str, command: Any, action: str,
         change(locked)
         gate_sync(gate=gate, instance=locked)
         now = clock.now()
-        locked.control_revision += 1
-        touch(locked, now)
+        instance_control_touch(instance=locked, now=now)
         after = instance_summary(locked, definition)
-        WorkflowOperation.objects.create(
+        audit_write(
+            model=WorkflowOperation,
             namespace_id=identity.namespace_id,
-            workflow=locked,
             actor_id=identity.actor_id,
             action=action,
             reason=reason,
             request_id=request_id,
             before=before,
             after=after,
-            created_at=now,
+            now=now,
+            workflow=locked,
         )
         return after
 

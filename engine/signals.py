@@ -1,4 +1,4 @@
-"""Signals: acceptance (with its audit and inbox record) and matching to the waits of SIGNAL steps."""
+"""Signals: acceptance (with its audit and inbox record) and matching to waits."""
 
 import datetime as dt
 from typing import Any
@@ -10,6 +10,7 @@ from engine.commands import instance_visible
 from engine.definitions import contract_violation
 from engine.state import FINISHED, instance_enter_review, touch
 from history import clock, fields, idempotency
+from history.audits import audit_write
 from history.errors import FailedPrecondition, InvalidArgument
 from history.idempotency import Receipt
 from history.identity import Identity
@@ -142,10 +143,9 @@ def signal_accept(
         }
         if evidence_ref:
             snapshot["evidence_ref"] = evidence_ref
-        operation = SignalOperation.objects.create(
+        operation = audit_write(
+            model=SignalOperation,
             namespace_id=identity.namespace_id,
-            workflow=locked,
-            signal=signal,
             actor_id=identity.actor_id,
             action="workflow.signal",
             reason=reason,
@@ -153,7 +153,9 @@ def signal_accept(
             request_id=request_id,
             before=None,
             after=snapshot,
-            created_at=now,
+            now=now,
+            workflow=locked,
+            signal=signal,
         )
         touch(locked, now)
         InboxRecord.objects.create(

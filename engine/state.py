@@ -7,13 +7,22 @@ from django.db import models
 from history.models import Gate, InstanceState, StepState, WorkflowInstance
 
 
-def touch(row: models.Model, now: dt.datetime) -> None:
-    """Bump a row's revision (every change does; waits carry none) and its updated_at, then save it."""
+def touch(row: models.Model, now: dt.datetime, **changes) -> None:
+    """Bump a row's revision (every change does; waits carry none) and its updated_at, then save it.
+
+    With ``changes``, they are applied first and only they, the revision and updated_at are
+    written: the row's other columns are left to whoever else holds them.
+    """
+    for name, value in changes.items():
+        setattr(row, name, value)
+    names = list(changes)
     if hasattr(row, "revision"):
         row.revision += 1
+        names.append("revision")
     if hasattr(row, "updated_at"):
         row.updated_at = now
-    row.save()
+        names.append("updated_at")
+    row.save(update_fields=names if changes else None)
 
 
 def gate_sync(*, gate: Gate, instance: WorkflowInstance) -> bool:
@@ -37,6 +46,24 @@ def instance_enter_review(*, instance: WorkflowInstance, gate: Gate, reason: str
         instance.state = InstanceState.NEEDS_REVIEW
         instance.review_reason = reason[:1024]
     gate_sync(gate=gate, instance=instance)
+
+
+def instance_review_lift(
+    *, instance: WorkflowInstance, gate: Gate, state: str, stop_kind: str | None, stop_reason: str
+) -> None:
+    """NEEDS_REVIEW → ``state`` (RUNNING, or CANCELLING to hand a stop to the stop path), the review reason
+    cleared and the gate synced to the new state. The caller bumps the instance revision."""
+    if instance.state != InstanceState.NEEDS_REVIEW or state not in (InstanceState.RUNNING, InstanceState.CANCELLING):
+        raise AssertionError(f"an instance leaves review for RUNNING or CANCELLING, not {instance.state} → {state}")
+    instance.state, instance.stop_kind, instance.stop_reason = state, stop_kind, stop_reason
+    instance.review_reason = ""
+    gate_sync(gate=gate, instance=instance)
+
+
+def instance_control_touch(*, instance: WorkflowInstance, now: dt.datetime) -> None:
+    """An operator's change of the instance: both its revision and its control revision advance (full save)."""
+    instance.control_revision += 1
+    touch(instance, now)
 
 
 FINISHED = (InstanceState.SUCCEEDED, InstanceState.FAILED, InstanceState.CANCELLED)

@@ -22,6 +22,7 @@ from history.errors import FailedPrecondition, NotFound
 from history.identity import Identity
 from history.locking import Level, LockSet, atomic_with_retry
 from history.models import (
+    Application,
     Attempt,
     AttemptState,
     Gate,
@@ -300,3 +301,37 @@ def task_lease_expire(*, attempt_id: str) -> bool:
         return True
 
     return atomic_with_retry(expire)
+
+
+def task_settle_reviewed(
+    *,
+    locks: LockSet,
+    task: Task,
+    conclusion: str,
+    result: str,
+    now: dt.datetime,
+    application: Application | None = None,
+    queue: Queue | None = None,
+) -> None:
+    """A NEEDS_REVIEW task takes the operator's verified conclusion as its state, outcome and review conclusion,
+    stores the result and is settled; its permit goes back to ``application`` and ``queue`` (locked) when it
+    holds one. Its UNKNOWN attempts stay UNKNOWN: only their open lease is closed. No result event here: the
+    caller publishes the REVIEWED event last in its transaction.
+    """
+    if task.state != TaskState.NEEDS_REVIEW:
+        raise AssertionError(f"task {task.id} is {task.state}; only a NEEDS_REVIEW task is settled by review")
+    if task.permit_held:
+        if application is None or queue is None:
+            raise AssertionError(f"task {task.id} holds a permit: its application and queue must be locked")
+        permit_release(locks=locks, application=application, queue=queue, task=task)
+    touch(
+        task,
+        now,
+        state=conclusion,
+        outcome=conclusion,
+        result=result,
+        review_conclusion=conclusion,
+        execution_settled=True,
+        permit_held=False,
+    )
+    Attempt.objects.filter(task_id=task.id, state=AttemptState.UNKNOWN, finished_at=None).update(finished_at=now)

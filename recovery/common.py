@@ -1,13 +1,15 @@
 """What the six operations share: the ordered check pipeline, ownership checks, audits, revisions.
 
-Every operation runs through ``operation_execute``, which fixes the order of SPEC §5.1:
+Every operation runs through ``operation_execute``, which fixes one order of checks and writes, so a
+command with several faults is always refused for the first of them:
 scope → command → idempotency → instance (namespace, queues) → NEEDS_REVIEW → inbox clean →
 the operation's own checks (references → revisions → ownership → rules → quota) → writes →
 revision bump → workflow audit → receipt → (ReviewTask) the result event, last.
 
-An operation is a small object with ``check`` (reads and locks, raises in the SPEC order,
-returns a plan) and ``apply`` (writes the plan). The same ``check`` runs without locks for
-the eligibility and preview of ``recovery.eligibility``: one rule set, never two.
+An operation is a small object with ``check`` (reads and locks, raises in that order, returns
+a plan) and ``apply`` (writes the plan by composing the engine's transitions: it never writes
+an engine row itself). The same ``check`` runs without locks for the eligibility and preview
+of ``recovery.eligibility``: one rule set, never two.
 """
 
 import abc
@@ -17,10 +19,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from django.db import connection
-from django.db.models import Count, Exists, F, Max, Min, Model, OuterRef, Q, QuerySet, Sum
+from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, Collate
 
+from engine.state import instance_control_touch
 from history import clock, idempotency
+from history.audits import audit_write
 from history.errors import Aborted, FailedPrecondition, NotFound, ResourceExhausted, Unauthenticated, Unavailable
 from history.idempotency import KeyRaced, Receipt, receipt_claim, receipt_freeze, receipt_replay
 from history.identity import Identity
@@ -139,18 +143,6 @@ def task_snapshot(task: Task) -> dict:
         "review_conclusion": task.review_conclusion,
         "deadline_at": rfc3339(task.deadline_at),
     }
-
-
-def bump(row: Model, *, now: dt.datetime, **changes) -> None:
-    """Apply ``changes`` to a row, advance its revision and save only what changed."""
-    for name, value in changes.items():
-        setattr(row, name, value)
-    row.revision += 1
-    names = [*changes, "revision"]
-    if hasattr(row, "updated_at"):
-        row.updated_at = now
-        names.append("updated_at")
-    row.save(update_fields=names)
 
 
 # ---- the context an operation's checks run in ------------------------------------------
@@ -559,12 +551,6 @@ def quota_take(ctx: Context, task: Task) -> tuple[Application, Queue]:
     return app, queue
 
 
-def quota_adjust(quota: tuple[Application, Queue], delta: int) -> None:
-    for row in quota:
-        row.active_tasks += delta
-        row.save(update_fields=["active_tasks"])
-
-
 # ---- the pipeline -------------------------------------------------------------------------
 
 
@@ -593,11 +579,11 @@ class Operation(abc.ABC):
 
     @abc.abstractmethod
     def check(self, ctx: Context, command) -> Plan:
-        """Read (and lock, when committing) what the command needs; raise in the SPEC order."""
+        """Read (and lock, when committing) what the command needs; raise in the fixed order."""
 
     @abc.abstractmethod
     def apply(self, ctx: Context, command, plan, *, operation_id: str) -> Effect:
-        """Write the checked plan."""
+        """Write the checked plan through the engine's transitions."""
 
     def publish(self, ctx: Context, plan) -> None:  # noqa: B027 - most operations publish nothing
         """Writes that must come after everything else (the result stream); none by default."""
@@ -606,7 +592,7 @@ class Operation(abc.ABC):
 def operation_execute(
     *, operation: Operation, identity: Identity, instance_id: str, idempotency_key: str, command: dict, request_id: str
 ) -> Receipt:
-    """Run one recovery command: validated, idempotent, checked in the SPEC order, one transaction."""
+    """Run one recovery command: validated, idempotent, checked in the fixed order, one transaction."""
     identity.require_scope(Scope.RECOVER)
     instance_id_check(instance_id)
     idempotency.key_check(idempotency_key)
@@ -674,25 +660,23 @@ def _commit(*, operation, identity, instance_id, key, fingerprint, command, requ
     before = instance_snapshot(instance, gate)
     operation_id = new_id()
     effect = operation.apply(ctx, command, plan, operation_id=operation_id)
-    instance.revision += 1
-    instance.control_revision += 1
-    instance.updated_at = ctx.now
-    instance.save()
-    audit = WorkflowOperation.objects.create(
+    instance_control_touch(instance=instance, now=ctx.now)
+    audit = audit_write(
+        model=WorkflowOperation,
         namespace_id=instance.namespace_id,
-        workflow=instance,
-        operation_id=operation_id,
         actor_id=identity.actor_id,
         action=operation.action,
         reason=command.reason,
         evidence_ref=command.evidence_ref,
         request_id=request_id,
+        before={"instance": before, **effect.before},
+        after={"instance": instance_snapshot(instance, gate), **effect.after},
+        now=ctx.now,
+        workflow=instance,
+        operation_id=operation_id,
         step_key=effect.step_key,
         activation=effect.activation,
         execution_audit=effect.execution_audit,
-        before={"instance": before, **effect.before},
-        after={"instance": instance_snapshot(instance, gate), **effect.after},
-        created_at=ctx.now,
     )
     receipt = receipt_freeze(row=row, data=_receipt_data(operation, instance, audit, effect))
     operation.publish(ctx, plan)

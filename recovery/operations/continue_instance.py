@@ -1,4 +1,4 @@
-"""Continue: lift the instance review when the server's own checks allow it (SPEC §5.3).
+"""Continue: lift the instance review when the server's own checks allow it.
 
 review_resolved is only the operator's word: the server still requires no step in review, no
 failed or cancelled step without a conclusion, no task in review, no UNKNOWN attempt without a
@@ -9,14 +9,14 @@ deadline → refused; else RUNNING with the gate open unless paused, and a root 
 
 from dataclasses import dataclass
 
+from engine.advance import continuation_create
+from engine.state import instance_review_lift
 from history.errors import FailedPrecondition
 from history.idempotency import Receipt
 from history.identity import Identity
-from history.ids import ROOT_STEP_KEY
 from history.models import (
     Attempt,
     AttemptState,
-    Continuation,
     InstanceState,
     Step,
     StepKind,
@@ -26,7 +26,7 @@ from history.models import (
     TaskState,
 )
 from recovery.commands import ContinueCommand
-from recovery.common import Context, Effect, Operation, Plan, bump, operation_execute, step_conclusion
+from recovery.common import Context, Effect, Operation, Plan, operation_execute, step_conclusion
 
 CONTINUATION_KIND = "CONTINUE"
 
@@ -96,16 +96,17 @@ class Continue(Operation):
         return ContinuePlan(None, "", InstanceState.RUNNING, not instance.paused)
 
     def apply(self, ctx: Context, command: ContinueCommand, plan: ContinuePlan, *, operation_id: str) -> Effect:
-        instance, gate = ctx.instance, ctx.gate
-        instance.state, instance.stop_kind, instance.stop_reason = plan.instance_state, plan.stop_kind, plan.stop_reason
-        instance.review_reason = ""
-        if gate.open != plan.gate_open:
-            bump(gate, now=ctx.now, open=plan.gate_open)
+        instance = ctx.instance
+        instance_review_lift(
+            instance=instance,
+            gate=ctx.gate,
+            state=plan.instance_state,
+            stop_kind=plan.stop_kind,
+            stop_reason=plan.stop_reason,
+        )
         after = {}
         if plan.instance_state == InstanceState.RUNNING:
-            continuation = Continuation.objects.create(
-                instance=instance, step_key=ROOT_STEP_KEY, kind=CONTINUATION_KIND, created_at=ctx.now
-            )
+            continuation = continuation_create(instance=instance, kind=CONTINUATION_KIND, now=ctx.now)
             after["root_continuation_id"] = continuation.id
         return Effect(before={}, after=after)
 

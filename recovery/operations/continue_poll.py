@@ -1,4 +1,4 @@
-"""ContinuePoll: resume a POLL step's original wait after an authoritative PENDING (SPEC §5.3).
+"""ContinuePoll: resume a POLL step's original wait after an authoritative PENDING.
 
 The next round is due at the creation of the result event that carried the PENDING answer plus
 the frozen interval — never "now + interval" — and must fall before the total query deadline.
@@ -8,6 +8,7 @@ The same round is never queried again; inbox dispositions are not rewritten; rev
 import datetime as dt
 from dataclasses import dataclass
 
+from engine.state import touch
 from history.errors import FailedPrecondition, Unavailable
 from history.idempotency import Receipt
 from history.identity import Identity
@@ -29,7 +30,6 @@ from recovery.common import (
     Plan,
     StepHistory,
     activation_snapshot,
-    bump,
     change,
     operation_execute,
     rfc3339,
@@ -112,8 +112,8 @@ class ContinuePoll(Operation):
     def apply(self, ctx: Context, command: ContinuePollCommand, plan: ContinuePollPlan, *, operation_id: str) -> Effect:
         step, activation = plan.history.step, plan.history.current
         before = {"step": step_snapshot(step), "activation": activation_snapshot(activation)}
-        bump(activation, now=ctx.now, state=ActivationState.WAITING, next_round_at=plan.next_round_at)
-        bump(step, now=ctx.now, state=StepState.WAITING)
+        touch(activation, ctx.now, state=ActivationState.WAITING, next_round_at=plan.next_round_at)
+        touch(step, ctx.now, state=StepState.WAITING)
         after = {
             "step": step_snapshot(step),
             "activation": activation_snapshot(activation) | {"next_round_at": rfc3339(plan.next_round_at)},

@@ -1,4 +1,4 @@
-"""RearmWait: a new wait generation for a standalone SIGNAL or TIMER step in review (SPEC §5.3).
+"""RearmWait: a new wait generation for a standalone SIGNAL or TIMER step in review.
 
 The new activation's wait keeps the contract, correlation key, deadline and TIMER fire_at: a
 deadline is never extended. The old wait is SUPERSEDED with its winner kept; unconsumed signals
@@ -8,11 +8,11 @@ their final-signal wait). The instance review stays.
 
 from dataclasses import dataclass
 
+from engine.activation import wait_supersede
 from history.errors import FailedPrecondition, Unavailable
 from history.idempotency import Receipt
 from history.identity import Identity
-from history.ids import new_id
-from history.models import Activation, ActivationState, StepKind, StepState, Wait, WaitState
+from history.models import ActivationState, StepKind, StepState, Wait, WaitState
 from recovery.commands import RearmWaitCommand
 from recovery.common import (
     Context,
@@ -21,7 +21,6 @@ from recovery.common import (
     Plan,
     StepHistory,
     activation_snapshot,
-    bump,
     change,
     operation_execute,
     rfc3339,
@@ -77,46 +76,13 @@ def wait_rearmable(ctx: Context, history: StepHistory) -> Wait:
     return wait
 
 
-def wait_generation_next(ctx: Context, *, history: StepHistory, wait: Wait, **activation_fields) -> Effect:
-    """Activation sequence+1 WAITING on wait generation+1 with the same contract, correlation and deadlines;
-    the old activation and wait become SUPERSEDED (the wait keeps its winner)."""
+def wait_generation_next(ctx: Context, *, history: StepHistory, wait: Wait, **carried) -> Effect:
+    """The engine's next wait generation for the step, with the before and after of each row it changed."""
     step, current = history.step, history.current
     before = {"step": step_snapshot(step), "activation": activation_snapshot(current), "wait": wait_snapshot(wait)}
-    activation_id, wait_id = new_id(), new_id()
-    activation = Activation.objects.create(
-        id=activation_id,
-        step=step,
-        instance=ctx.instance,
-        sequence=current.sequence + 1,
-        state=ActivationState.WAITING,
-        input=current.input,
-        deadline_at=current.deadline_at,
-        latest_start_at=current.latest_start_at,
-        wait_id=wait_id,
-        created_at=ctx.now,
-        updated_at=ctx.now,
-        **activation_fields,
+    activation, new_wait = wait_supersede(
+        instance=ctx.instance, step=step, activation=current, wait=wait, now=ctx.now, carried=carried
     )
-    new_wait = Wait.objects.create(
-        id=wait_id,
-        instance=ctx.instance,
-        step=step,
-        activation=activation,
-        kind=wait.kind,
-        generation=wait.generation + 1,
-        signal_name=wait.signal_name,
-        payload_version=wait.payload_version,
-        correlation_key=wait.correlation_key,
-        deadline_at=wait.deadline_at,
-        fire_at=wait.fire_at,
-        state=WaitState.WAITING,
-        created_at=ctx.now,
-        updated_at=ctx.now,
-    )
-    wait.state, wait.updated_at = WaitState.SUPERSEDED, ctx.now
-    wait.save(update_fields=["state", "updated_at"])
-    bump(current, now=ctx.now, state=ActivationState.SUPERSEDED)
-    bump(step, now=ctx.now, state=StepState.WAITING, current_activation=activation)
     after = {
         "step": step_snapshot(step),
         "activation": activation_snapshot(current),

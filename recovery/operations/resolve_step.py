@@ -1,4 +1,4 @@
-"""ResolveStep: save a management conclusion on a step's current activation (SPEC §5.3).
+"""ResolveStep: save a management conclusion on a step's current activation.
 
 The step's whole history must be owned both ways and known settled. Pulse results, attempts,
 events, waits and poll rounds are never rewritten; the instance review and any stop intent stay.
@@ -6,6 +6,7 @@ events, waits and poll rounds are never rewritten; the instance review and any s
 
 from dataclasses import dataclass
 
+from engine.state import touch
 from history.errors import FailedPrecondition, InvalidArgument
 from history.idempotency import Receipt
 from history.identity import Identity
@@ -18,7 +19,6 @@ from recovery.common import (
     Plan,
     StepHistory,
     activation_snapshot,
-    bump,
     change,
     operation_execute,
     step_decision_resolve,
@@ -101,15 +101,15 @@ class ResolveStep(Operation):
             "activation_id": activation.id,
             "actor_id": ctx.identity.actor_id,
         }
-        bump(
+        touch(
             activation,
-            now=ctx.now,
+            ctx.now,
             state=command.conclusion,
             output=command.result.text,
             resolution=resolution,
             completed_at=activation.completed_at or ctx.now,
         )
-        bump(step, now=ctx.now, state=command.conclusion, output=command.result.text, resolution=resolution)
+        touch(step, ctx.now, state=command.conclusion, output=command.result.text, resolution=resolution)
         after = {
             "step": step_snapshot(step) | {"output": None, "result_digest": command.result.digest},
             "activation": activation_snapshot(activation) | {"output": None},

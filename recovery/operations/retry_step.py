@@ -1,4 +1,4 @@
-"""RetryStep: a new activation and task for a TASK or POLL step, within the original budget (SPEC §5.3).
+"""RetryStep: a new activation and task for a TASK or POLL step, within the original budget.
 
 TASK: the new task gets what is left of the definition's max_attempts after every attempt of
 every historical task of the step; the activations of the step never outnumber max_attempts.
@@ -14,16 +14,15 @@ from dataclasses import dataclass
 from django.db.models import BooleanField, Case, Count, Exists, F, Max, OuterRef, Q, QuerySet, Subquery, When
 from django.db.models.functions import Coalesce
 
+from engine.activation import activation_retry
 from history.errors import FailedPrecondition, Unavailable
 from history.idempotency import Receipt
 from history.identity import Identity
-from history.ids import new_id
 from history.locking import Level
 from history.models import (
     Activation,
     ActivationState,
     Attempt,
-    PollRound,
     Step,
     StepKind,
     StepState,
@@ -40,11 +39,9 @@ from recovery.common import (
     Plan,
     StepHistory,
     activation_snapshot,
-    bump,
     change,
     exact,
     operation_execute,
-    quota_adjust,
     quota_take,
     rfc3339,
     step_conclusion,
@@ -267,55 +264,28 @@ class RetryStep(Operation):
             current = plan.history.current
             kept = {name: getattr(current, name) for name in FINAL_SIGNAL_KEPT}
             return wait_generation_next(ctx, history=plan.history, wait=plan.wait, **kept)
-        history, previous, original = plan.history, plan.previous, plan.original
-        step, current, first = history.step, history.current, history.first
+        history, previous = plan.history, plan.previous
+        step, current = history.step, history.current
         before = {"step": step_snapshot(step), "activation": activation_snapshot(current)}
-        activation_id, task_id = new_id(), new_id()
-        is_poll = step.kind == StepKind.POLL
-        activation = Activation.objects.create(
-            id=activation_id,
-            step=step,
+        application, queue = plan.quota
+        created = activation_retry(
+            locks=ctx.locks,
+            application=application,
+            queue=queue,
             instance=ctx.instance,
-            sequence=current.sequence + 1,
-            state=ActivationState.ACTIVE,
-            task_id=None if is_poll else task_id,
-            input=first.input,
-            deadline_at=first.deadline_at,
-            latest_start_at=first.latest_start_at,
-            created_at=ctx.now,
-            updated_at=ctx.now,
-            **(_poll_fields(current, plan, task_id) if is_poll else {}),
-        )
-        task = Task.objects.create(
-            id=task_id,
-            namespace_id=previous.namespace_id,
-            application_id=previous.application_id,
-            queue_id=previous.queue_id,
-            handler=previous.handler,
-            priority=previous.priority,
-            input=previous.input,
-            business_key=previous.business_key,
-            concurrency_key=previous.concurrency_key,
-            state=TaskState.QUEUED,
+            step=step,
+            current=current,
+            first=history.first,
+            previous=previous,
+            original=plan.original,
             max_attempts=plan.remaining,
-            deadline_at=original.deadline_at,
-            latest_start_at=original.latest_start_at,
-            retry_of=previous,
-            source_instance=ctx.instance,
-            source_activation=activation,
-            source_round=plan.business_round,
-            permit_held=True,
-            created_at=ctx.now,
-            updated_at=ctx.now,
+            business_round=plan.business_round,
+            attempts_used=plan.attempts_used,
+            now=ctx.now,
         )
-        if is_poll:
-            PollRound.objects.create(
-                activation=activation, instance=ctx.instance, round=plan.business_round, task=task, created_at=ctx.now
-            )
-        quota_adjust(plan.quota, +1)
-        if _old_activation_state(current) != current.state:
-            bump(current, now=ctx.now, state=ActivationState.SUPERSEDED)
-        bump(step, now=ctx.now, state=StepState.ACTIVE, current_activation=activation)
+        if created is None:
+            raise AssertionError("the quota was checked under the same locks: a permit must be free")
+        activation, task = created
         after = {
             "step": step_snapshot(step),
             "activation": activation_snapshot(current),
@@ -357,21 +327,6 @@ def _deadline_checks(ctx: Context, original: Task) -> None:
         raise FailedPrecondition(f"the original task's deadline {rfc3339(original.deadline_at)} has passed")
     if original.latest_start_at is not None and original.latest_start_at <= ctx.now:
         raise FailedPrecondition(f"the original task's latest start {rfc3339(original.latest_start_at)} has passed")
-
-
-def _poll_fields(current: Activation, plan: RetryPlan, task_id: str) -> dict:
-    """The same business round, its frozen limits and deadlines; the used rounds do not change."""
-    return {
-        "first_round": plan.business_round,
-        "first_round_attempts_used": plan.attempts_used,
-        "used_rounds": current.used_rounds,
-        "max_rounds": current.max_rounds,
-        "attempts_per_round": current.attempts_per_round,
-        "interval_seconds": current.interval_seconds,
-        "poll_deadline_at": current.poll_deadline_at,
-        "round_deadline_at": plan.original.deadline_at,
-        "last_task_id": task_id,
-    }
 
 
 RETRY_STEP = RetryStep()

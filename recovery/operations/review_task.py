@@ -1,4 +1,4 @@
-"""ReviewTask: record the verified outcome of a NEEDS_REVIEW task (SPEC §5.3).
+"""ReviewTask: record the verified outcome of a NEEDS_REVIEW task.
 
 It settles the task (conclusion as its state, result, review conclusion, permit released) and
 publishes a REVIEWED result event, last in the transaction. It never resolves the step nor
@@ -8,6 +8,8 @@ lifts the instance review: a verified query success answering PENDING is not a P
 from dataclasses import dataclass
 
 from engine.results import result_event_publish
+from engine.worker import task_settle_reviewed
+from history.audits import audit_write
 from history.errors import Aborted, FailedPrecondition, NotFound, Unavailable
 from history.idempotency import Receipt
 from history.identity import Identity
@@ -21,10 +23,8 @@ from recovery.common import (
     Operation,
     Plan,
     StepHistory,
-    bump,
     change,
     operation_execute,
-    quota_adjust,
     step_history,
     task_snapshot,
 )
@@ -99,27 +99,20 @@ class ReviewTask(Operation):
     def apply(self, ctx: Context, command: ReviewTaskCommand, plan: ReviewPlan, *, operation_id: str) -> Effect:
         task = plan.task
         before = task_snapshot(task)
-        bump(
-            task,
-            now=ctx.now,
-            state=command.conclusion,
-            outcome=command.conclusion,
+        application, queue = plan.quota or (None, None)
+        task_settle_reviewed(
+            locks=ctx.locks,
+            task=task,
+            conclusion=command.conclusion,
             result=command.result.text,
-            review_conclusion=command.conclusion,
-            execution_settled=True,
-            permit_held=False,
-        )
-        if plan.quota is not None:
-            quota_adjust(plan.quota, -1)
-        # The UNKNOWN attempts stay UNKNOWN: only their lease is closed.
-        Attempt.objects.filter(task_id=task.id, state=AttemptState.UNKNOWN, finished_at=None).update(
-            finished_at=ctx.now
+            now=ctx.now,
+            application=application,
+            queue=queue,
         )
         after = task_snapshot(task) | {"result_digest": command.result.digest}
-        execution_audit = ExecutionAudit.objects.create(
+        execution_audit = audit_write(
+            model=ExecutionAudit,
             namespace_id=task.namespace_id,
-            task=task,
-            operation_id=new_id(),
             actor_id=ctx.identity.actor_id,
             action="task.review",
             reason=command.reason,
@@ -127,7 +120,9 @@ class ReviewTask(Operation):
             request_id=ctx.request_id,
             before=before,
             after=after,
-            created_at=ctx.now,
+            now=ctx.now,
+            task=task,
+            operation_id=new_id(),
         )
         return Effect(
             before={"task": before},

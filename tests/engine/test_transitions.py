@@ -1,0 +1,211 @@
+"""The transitions the operator's recovery composes, each driven on a state the engine itself produced."""
+
+import datetime as dt
+
+import pytest
+from django.db import transaction
+
+from engine.activation import activation_retry, wait_supersede
+from engine.advance import continuation_create
+from engine.state import instance_control_touch, instance_review_lift, touch
+from engine.worker import task_settle_reviewed
+from history import clock
+from history.locking import Level, LockSet
+from history.models import (
+    Activation,
+    ActivationState,
+    Application,
+    Attempt,
+    AttemptState,
+    Continuation,
+    Gate,
+    InstanceState,
+    PollRound,
+    Step,
+    StepState,
+    Task,
+    TaskState,
+    Wait,
+    WaitState,
+    WorkflowInstance,
+)
+from tests.engine.conftest import task_step
+from tests.engine.states import SIGNAL
+
+
+def _failed_task_step(engine, max_attempts=3):
+    """A TASK step whose only task failed for good: the instance is in review, the permit given back."""
+    instance = engine.start(engine.define([task_step("a", handler="demo.fail", max_attempts=max_attempts)]))
+    engine.settle()
+    engine.work()
+    engine.settle()
+    return WorkflowInstance.objects.get(pk=instance.pk), Step.objects.get(instance=instance, key="a")
+
+
+def _lost_lease(engine):
+    """A task whose lease expired: NEEDS_REVIEW, an UNKNOWN attempt, its permit still held."""
+    instance = engine.start(engine.define([task_step("a")]))
+    engine.settle()
+    claim = engine.claim(lease_seconds=1)
+    clock.advance(dt.timedelta(seconds=2))
+    engine.settle()
+    return WorkflowInstance.objects.get(pk=instance.pk), Task.objects.get(pk=claim.task.id)
+
+
+def test_touch_with_changes_writes_only_them_and_advances_the_revision(engine):
+    instance, step = _failed_task_step(engine)
+    step.output = '{"not": "saved"}'
+    touch(step, clock.now(), state=StepState.CANCELLED)
+    stored = Step.objects.get(pk=step.pk)
+    assert (stored.state, stored.revision, stored.output) == (StepState.CANCELLED, step.revision, None)
+
+
+def test_lifting_review_to_running_opens_the_gate_unless_paused_and_to_cancelling_keeps_it_shut(engine):
+    instance, _ = _failed_task_step(engine)
+    gate = Gate.objects.get(pk=instance.pk)
+    assert instance.state == InstanceState.NEEDS_REVIEW and not gate.open and instance.review_reason
+    revisions = (instance.revision, instance.control_revision)
+    with transaction.atomic():
+        instance_review_lift(instance=instance, gate=gate, state=InstanceState.RUNNING, stop_kind=None, stop_reason="")
+        instance_control_touch(instance=instance, now=clock.now())
+    stored = WorkflowInstance.objects.get(pk=instance.pk)
+    assert (stored.state, stored.review_reason, Gate.objects.get(pk=instance.pk).open) == ("RUNNING", "", True)
+    assert (stored.revision, stored.control_revision) == (revisions[0] + 1, revisions[1] + 1)
+
+    paused, _ = _failed_task_step(engine)
+    paused.paused = True
+    gate = Gate.objects.get(pk=paused.pk)
+    instance_review_lift(instance=paused, gate=gate, state=InstanceState.RUNNING, stop_kind=None, stop_reason="")
+    assert not Gate.objects.get(pk=paused.pk).open
+
+    stopped, _ = _failed_task_step(engine)
+    gate = Gate.objects.get(pk=stopped.pk)
+    instance_review_lift(
+        instance=stopped, gate=gate, state=InstanceState.CANCELLING, stop_kind="FAIL", stop_reason="step 'a' failed"
+    )
+    assert (stopped.state, stopped.stop_kind, gate.open) == ("CANCELLING", "FAIL", False)
+
+
+def test_only_an_instance_in_review_is_lifted(engine):
+    instance = engine.start(engine.define([task_step("a")]))
+    gate = Gate.objects.get(pk=instance.pk)
+    with pytest.raises(AssertionError):
+        instance_review_lift(instance=instance, gate=gate, state=InstanceState.RUNNING, stop_kind=None, stop_reason="")
+
+
+def test_a_continuation_is_returned_with_the_callers_time(engine):
+    instance, _ = _failed_task_step(engine)
+    at = clock.now() - dt.timedelta(seconds=5)
+    made = continuation_create(instance=instance, kind="CONTINUE", now=at)
+    stored = Continuation.objects.get(pk=made.pk)
+    assert (stored.kind, stored.step_key, stored.created_at, stored.state) == ("CONTINUE", "$root", at, "PENDING")
+
+
+def test_a_wait_is_superseded_by_its_next_generation_with_the_same_contract_and_deadlines(engine):
+    instance = engine.start(engine.define([SIGNAL]), {"order": "o-1"})
+    engine.settle()
+    step = Step.objects.get(instance=instance, key="s")
+    old_activation = Activation.objects.get(pk=step.current_activation_id)
+    old_wait = Wait.objects.get(pk=old_activation.wait_id)
+    now = clock.now()
+    with transaction.atomic():
+        activation, wait = wait_supersede(
+            instance=instance, step=step, activation=old_activation, wait=old_wait, now=now
+        )
+    activation, wait = Activation.objects.get(pk=activation.pk), Wait.objects.get(pk=wait.pk)
+    assert (activation.sequence, activation.state, activation.wait_id) == (2, ActivationState.WAITING, wait.id)
+    assert (wait.generation, wait.state, wait.activation_id) == (2, WaitState.WAITING, activation.id)
+    kept = ("kind", "signal_name", "payload_version", "correlation_key", "deadline_at", "fire_at")
+    assert [getattr(wait, name) for name in kept] == [getattr(old_wait, name) for name in kept]
+    assert Wait.objects.get(pk=old_wait.pk).state == WaitState.SUPERSEDED
+    assert Activation.objects.get(pk=old_activation.pk).state == ActivationState.SUPERSEDED
+    step = Step.objects.get(pk=step.pk)
+    assert (step.state, step.current_activation_id) == (StepState.WAITING, activation.id)
+
+
+def _retry(engine, instance, step, remaining):
+    locks = LockSet()
+    previous = Task.objects.get(source_activation_id=step.current_activation_id)
+    application = locks.lock_one(Level.APPLICATION, previous.application_id)
+    queue = locks.lock_queues(instance.namespace_id, ["payments"])["payments"]
+    locks.lock_one(Level.INSTANCE, instance.pk)
+    step = locks.lock_one(Level.STEP, step.pk)
+    current = locks.lock_one(Level.ACTIVATION, step.current_activation_id)
+    return activation_retry(
+        locks=locks,
+        application=application,
+        queue=queue,
+        instance=instance,
+        step=step,
+        current=current,
+        first=current,
+        previous=previous,
+        original=previous,
+        max_attempts=remaining,
+        business_round=None,
+        attempts_used=previous.attempt_count,
+        now=clock.now(),
+    )
+
+
+def test_a_retry_inherits_the_task_and_its_deadlines_and_takes_a_permit(engine, quota_rows):
+    instance, step = _failed_task_step(engine)
+    previous = Task.objects.get(source_activation_id=step.current_activation_id)
+    with transaction.atomic():
+        activation, task = _retry(engine, instance, step, remaining=2)
+    activation, task = Activation.objects.get(pk=activation.pk), Task.objects.get(pk=task.pk)
+    assert (activation.sequence, activation.state, activation.task_id) == (2, ActivationState.ACTIVE, task.id)
+    inherited = ("handler", "queue_id", "application_id", "priority", "input", "business_key", "deadline_at")
+    assert [getattr(task, name) for name in inherited] == [getattr(previous, name) for name in inherited]
+    assert (task.state, task.max_attempts, task.retry_of_id, task.permit_held) == ("QUEUED", 2, previous.id, True)
+    # The failed activation keeps its end; the step runs on the new one.
+    assert Activation.objects.get(pk=previous.source_activation_id).state == ActivationState.FAILED
+    assert Step.objects.get(pk=step.pk).current_activation_id == activation.id
+    application, queues = quota_rows()
+    assert application.active_tasks == 1 == queues["payments"].active_tasks
+    assert not PollRound.objects.exists()
+
+
+def test_a_retry_against_a_full_quota_writes_nothing(engine, quota_rows):
+    instance, step = _failed_task_step(engine)
+    Application.objects.filter(pk=engine.application.id).update(max_active_tasks=0)
+    counts = (Activation.objects.count(), Task.objects.count(), Step.objects.get(pk=step.pk).revision)
+    with transaction.atomic():
+        assert _retry(engine, instance, step, remaining=2) is None
+    assert (Activation.objects.count(), Task.objects.count(), Step.objects.get(pk=step.pk).revision) == counts
+    assert quota_rows()[0].active_tasks == 0
+
+
+def test_a_reviewed_task_is_settled_its_permit_released_and_its_unknown_lease_closed(engine, quota_rows):
+    _, task = _lost_lease(engine)
+    assert task.state == TaskState.NEEDS_REVIEW and task.permit_held and quota_rows()[0].active_tasks == 1
+    now = clock.now()
+    with transaction.atomic():
+        locks = LockSet()
+        application = locks.lock_one(Level.APPLICATION, task.application_id)
+        queue = locks.lock_queues(task.namespace_id, ["payments"])["payments"]
+        locked = locks.lock_one(Level.TASK, task.id)
+        task_settle_reviewed(
+            locks=locks,
+            task=locked,
+            conclusion="SUCCEEDED",
+            result='{"ok":true}',
+            now=now,
+            application=application,
+            queue=queue,
+        )
+    stored = Task.objects.get(pk=task.pk)
+    assert (stored.state, stored.outcome, stored.review_conclusion) == ("SUCCEEDED", "SUCCEEDED", "SUCCEEDED")
+    assert (stored.result, stored.execution_settled, stored.permit_held) == ('{"ok":true}', True, False)
+    assert stored.revision == task.revision + 1
+    attempt = Attempt.objects.get(task=task)
+    assert (attempt.state, attempt.finished_at) == (AttemptState.UNKNOWN, now)
+    application, queues = quota_rows()
+    assert application.active_tasks == 0 == queues["payments"].active_tasks
+
+
+def test_a_task_holding_a_permit_is_not_settled_without_its_quota_rows(engine, quota_rows):
+    _, task = _lost_lease(engine)
+    with pytest.raises(AssertionError), transaction.atomic():
+        task_settle_reviewed(locks=LockSet(), task=task, conclusion="FAILED", result="{}", now=clock.now())
+    assert Task.objects.get(pk=task.pk).state == TaskState.NEEDS_REVIEW and quota_rows()[0].active_tasks == 1
