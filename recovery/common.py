@@ -54,6 +54,7 @@ from history.models import (
     WorkflowInstance,
     WorkflowOperation,
 )
+from history.times import format_optional_time
 from recovery.commands import Command, instance_id_check
 
 _PLAIN_MODELS = {
@@ -69,13 +70,6 @@ RETRYABLE_TASK_STATES = (TaskState.FAILED, TaskState.CANCELLED)
 
 class Replan(Exception):
     """The rows locked for quota are not the ones the command needs now: plan and run again."""
-
-
-def rfc3339(value: dt.datetime | None) -> str | None:
-    if value is None:
-        return None
-    text = value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    return text + (f".{value.microsecond:06d}Z" if value.microsecond else "Z")
 
 
 # ---- snapshots for audits and previews -------------------------------------------------
@@ -105,7 +99,7 @@ def instance_snapshot(instance: WorkflowInstance, gate: Gate) -> dict:
         "revision": str(instance.revision),
         "control_revision": str(instance.control_revision),
         "gate_open": gate.open,
-        "deadline_at": rfc3339(instance.deadline_at),
+        "deadline_at": format_optional_time(instance.deadline_at),
     }
 
 
@@ -127,8 +121,8 @@ def activation_snapshot(activation: Activation) -> dict:
         "state": activation.state,
         "revision": str(activation.revision),
         "output": activation.output,
-        "deadline_at": rfc3339(activation.deadline_at),
-        "latest_start_at": rfc3339(activation.latest_start_at),
+        "deadline_at": format_optional_time(activation.deadline_at),
+        "latest_start_at": format_optional_time(activation.latest_start_at),
     }
 
 
@@ -141,7 +135,7 @@ def task_snapshot(task: Task) -> dict:
         "max_attempts": task.max_attempts,
         "permit_held": task.permit_held,
         "review_conclusion": task.review_conclusion,
-        "deadline_at": rfc3339(task.deadline_at),
+        "deadline_at": format_optional_time(task.deadline_at),
     }
 
 

@@ -22,6 +22,7 @@ from history.models import (
     StepKind,
     StepState,
 )
+from history.times import format_optional_time
 from recovery.commands import ContinuePollCommand
 from recovery.common import (
     Context,
@@ -32,7 +33,6 @@ from recovery.common import (
     activation_snapshot,
     change,
     operation_execute,
-    rfc3339,
     step_decision_resolve,
     step_snapshot,
 )
@@ -52,10 +52,12 @@ class ContinuePollPlan(Plan):
                 "id": current.id,
                 "sequence": current.sequence,
                 "state": change(current.state, ActivationState.WAITING),
-                "next_round_at": change(rfc3339(current.next_round_at), rfc3339(self.next_round_at)),
+                "next_round_at": change(
+                    format_optional_time(current.next_round_at), format_optional_time(self.next_round_at)
+                ),
             },
             "rounds": {"used": current.used_rounds, "max": current.max_rounds},
-            "deadlines_kept": {"poll_deadline_at": rfc3339(current.poll_deadline_at)},
+            "deadlines_kept": {"poll_deadline_at": format_optional_time(current.poll_deadline_at)},
         }
 
 
@@ -105,7 +107,8 @@ class ContinuePoll(Operation):
         next_round_at = event.created_at + dt.timedelta(seconds=current.interval_seconds or 0)
         if current.poll_deadline_at is not None and next_round_at >= current.poll_deadline_at:
             raise FailedPrecondition(
-                f"the next round would be due at {rfc3339(next_round_at)}, not before the total query deadline"
+                f"the next round would be due at {format_optional_time(next_round_at)}, "
+                "not before the total query deadline"
             )
         return ContinuePollPlan(history=history, next_round_at=next_round_at)
 
@@ -116,7 +119,7 @@ class ContinuePoll(Operation):
         touch(step, ctx.now, state=StepState.WAITING)
         after = {
             "step": step_snapshot(step),
-            "activation": activation_snapshot(activation) | {"next_round_at": rfc3339(plan.next_round_at)},
+            "activation": activation_snapshot(activation) | {"next_round_at": format_optional_time(plan.next_round_at)},
         }
         return Effect(before=before, after=after, step_key=step.key, activation=activation)
 

@@ -13,6 +13,7 @@ from history.errors import FailedPrecondition, Unavailable
 from history.idempotency import Receipt
 from history.identity import Identity
 from history.models import ActivationState, StepKind, StepState, Wait, WaitState
+from history.times import format_optional_time
 from recovery.commands import RearmWaitCommand
 from recovery.common import (
     Context,
@@ -23,7 +24,6 @@ from recovery.common import (
     activation_snapshot,
     change,
     operation_execute,
-    rfc3339,
     step_conclusion,
     step_decision_resolve,
     step_snapshot,
@@ -48,7 +48,10 @@ class RearmPlan(Plan):
                 "winner_signal_id": wait.winner_signal_id,
             },
             "new_wait": {"generation": wait.generation + 1, "state": WaitState.WAITING},
-            "deadlines_kept": {"deadline_at": rfc3339(wait.deadline_at), "fire_at": rfc3339(wait.fire_at)},
+            "deadlines_kept": {
+                "deadline_at": format_optional_time(wait.deadline_at),
+                "fire_at": format_optional_time(wait.fire_at),
+            },
         }
 
 
@@ -57,8 +60,8 @@ def wait_snapshot(wait: Wait) -> dict:
         "id": wait.id,
         "generation": wait.generation,
         "state": wait.state,
-        "deadline_at": rfc3339(wait.deadline_at),
-        "fire_at": rfc3339(wait.fire_at),
+        "deadline_at": format_optional_time(wait.deadline_at),
+        "fire_at": format_optional_time(wait.fire_at),
         "winner_signal_id": wait.winner_signal_id,
     }
 
@@ -72,7 +75,9 @@ def wait_rearmable(ctx: Context, history: StepHistory) -> Wait:
     if wait.state != WaitState.NEEDS_REVIEW:
         raise FailedPrecondition(f"wait generation {wait.generation} is {wait.state}, not NEEDS_REVIEW")
     if wait.deadline_at <= ctx.now:
-        raise FailedPrecondition(f"the wait's deadline {rfc3339(wait.deadline_at)} has passed; it is never extended")
+        raise FailedPrecondition(
+            f"the wait's deadline {format_optional_time(wait.deadline_at)} has passed; it is never extended"
+        )
     return wait
 
 

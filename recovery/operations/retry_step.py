@@ -30,6 +30,7 @@ from history.models import (
     TaskState,
     WaitKind,
 )
+from history.times import format_optional_time
 from recovery.commands import RetryStepCommand
 from recovery.common import (
     RETRYABLE_TASK_STATES,
@@ -43,7 +44,6 @@ from recovery.common import (
     exact,
     operation_execute,
     quota_take,
-    rfc3339,
     step_conclusion,
     step_decision_resolve,
     step_snapshot,
@@ -76,8 +76,8 @@ class RetryPlan(Plan):
             "new_task": {"retry_of": self.previous.id, "state": TaskState.QUEUED, "max_attempts": self.remaining},
             "attempt_budget": {"used": self.attempts_used, "remaining": self.remaining},
             "deadlines_kept": {
-                "deadline_at": rfc3339(self.original.deadline_at),
-                "latest_start_at": rfc3339(self.original.latest_start_at),
+                "deadline_at": format_optional_time(self.original.deadline_at),
+                "latest_start_at": format_optional_time(self.original.latest_start_at),
             },
         }
         if self.business_round is not None:
@@ -324,9 +324,13 @@ def _final_signal_plan(ctx: Context, history: StepHistory) -> RearmPlan:
 
 def _deadline_checks(ctx: Context, original: Task) -> None:
     if original.deadline_at is not None and original.deadline_at <= ctx.now:
-        raise FailedPrecondition(f"the original task's deadline {rfc3339(original.deadline_at)} has passed")
+        raise FailedPrecondition(
+            f"the original task's deadline {format_optional_time(original.deadline_at)} has passed"
+        )
     if original.latest_start_at is not None and original.latest_start_at <= ctx.now:
-        raise FailedPrecondition(f"the original task's latest start {rfc3339(original.latest_start_at)} has passed")
+        raise FailedPrecondition(
+            f"the original task's latest start {format_optional_time(original.latest_start_at)} has passed"
+        )
 
 
 RETRY_STEP = RetryStep()
