@@ -13,13 +13,14 @@ import datetime as dt
 import factory
 from factory.django import DjangoModelFactory
 
+from engine.definitions import definition_validate
 from history import clock, models
 from history.ids import ROOT_STEP_KEY, new_id
 
 HOUR = dt.timedelta(hours=1)
 
 
-# Step specs of a fixed definition (SPEC §3).
+# Step specs in the format the engine's validator accepts (README "Definitions").
 def task_step(key, *, queue="payments", after=(), handler="charge", priority=0, max_attempts=3, deadline=3600):
     return {
         "key": key,
@@ -29,8 +30,11 @@ def task_step(key, *, queue="payments", after=(), handler="charge", priority=0, 
         "queue": queue,
         "priority": priority,
         "max_attempts": max_attempts,
-        "deadline": deadline,
+        "deadline_seconds": deadline,
     }
+
+
+POLL_MAPPING = {"field": "status", "values": {"done": "SUCCEEDED", "failed": "FAILED", "pending": "PENDING"}}
 
 
 def poll_step(
@@ -40,13 +44,13 @@ def poll_step(
         "key": key,
         "kind": models.StepKind.POLL,
         "after": list(after),
-        "handler": "check",
+        "handler": handler,
         "queue": queue,
         "max_rounds": max_rounds,
         "attempts_per_round": attempts_per_round,
         "interval_seconds": 60,
-        "poll_deadline": 86400,
-        "classification": {"done": "SUCCEEDED", "failed": "FAILED", "pending": "PENDING"},
+        "poll_deadline_seconds": 86400,
+        "mapping": POLL_MAPPING,
     }
     if final_signal is not None:
         spec["final_signal"] = final_signal
@@ -61,12 +65,12 @@ def signal_step(key, *, name="approved", after=(), payload_version="v1"):
         "name": name,
         "payload_version": payload_version,
         "correlation": "input.order_id",
-        "deadline": 86400,
+        "deadline_seconds": 86400,
     }
 
 
 def timer_step(key, *, after=(), duration=60):
-    return {"key": key, "kind": models.StepKind.TIMER, "after": list(after), "duration": duration}
+    return {"key": key, "kind": models.StepKind.TIMER, "after": list(after), "duration_seconds": duration}
 
 
 class NamespaceFactory(DjangoModelFactory):
@@ -96,21 +100,29 @@ class QueueFactory(DjangoModelFactory):
 
 
 class WorkflowDefinitionFactory(DjangoModelFactory):
+    """A definition stored as ``definition_create`` stores it: the spec is run through the engine's validator."""
+
     class Meta:
         model = models.WorkflowDefinition
-        skip_postgeneration_save = True
 
     namespace = factory.SubFactory(NamespaceFactory)
     name = factory.Sequence(lambda n: f"flow-{n}")
     version = 1
     spec = factory.LazyFunction(lambda: {"steps": [task_step("charge")]})
-    queues = factory.LazyAttribute(lambda d: sorted({s["queue"] for s in d.spec["steps"] if "queue" in s}))
 
-    @factory.post_generation
-    def queue_rows(definition, create, extracted, **kwargs):
-        """The queues the definition names exist in its namespace."""
-        for name in definition.queues:
-            QueueFactory(namespace=definition.namespace, name=name)
+    @classmethod
+    def _create(cls, model_class, *args, **kwargs):
+        namespace, spec = kwargs["namespace"], kwargs.pop("spec")
+        # The queues and the application the definition names exist in its namespace.
+        for name in {s["queue"] for s in spec["steps"] if "queue" in s}:
+            QueueFactory(namespace=namespace, name=name)
+        document = {
+            "name": kwargs["name"],
+            "application": spec.get("application") or ApplicationFactory(namespace=namespace).name,
+            **{k: v for k, v in spec.items() if k != "application"},
+        }
+        valid = definition_validate(namespace_id=namespace.id, document=document)
+        return super()._create(model_class, *args, spec=valid["spec"], queues=valid["queues"], **kwargs)
 
 
 class WorkflowInstanceFactory(DjangoModelFactory):

@@ -1,7 +1,7 @@
 """NEEDS_REVIEW states built directly from rows, as the engine leaves them.
 
-Each builder returns a ``State`` whose rows satisfy the engine's invariants (checked by
-``assert_invariants``): gate closed in review, a ``$root`` step, gap-free activation
+Each builder returns a ``State`` whose rows satisfy the engine's invariants (``assert_invariants``
+runs ``weave_check``'s own checks): gate closed in review, a ``$root`` step, gap-free activation
 sequences, tasks with both-way source fields, attempt rows matching attempt_count, result
 events with CONSUMED inbox records, and quota counters equal to the permits held.
 """
@@ -9,6 +9,8 @@ events with CONSUMED inbox records, and quota counters equal to the permits held
 import datetime as dt
 from dataclasses import dataclass, field
 
+from engine.check import invariants_check
+from engine.inbox import inbox_consume_next
 from history import clock, exactjson
 from history.ids import ROOT_STEP_KEY, new_id
 from history.models import (
@@ -547,31 +549,12 @@ def timer_late_state(tenancy, *, fired_ago=dt.timedelta(minutes=10), **instance)
 
 
 def assert_invariants(state: State) -> None:
-    """What the engine guarantees of every instance, checked on the stored rows."""
-    instance = WorkflowInstance.objects.get(pk=state.instance.pk)
-    gate = Gate.objects.get(pk=instance.pk)
-    assert gate.open == (instance.state == InstanceState.RUNNING and not instance.paused)
-    steps = list(Step.objects.filter(instance=instance))
-    assert any(s.key == ROOT_STEP_KEY for s in steps)
-    for step in steps:
-        activations = list(Activation.objects.filter(step=step).order_by("sequence"))
-        assert [a.sequence for a in activations] == list(range(1, len(activations) + 1))
-        if activations:
-            assert step.current_activation_id == activations[-1].id
-        assert instance.revision >= step.revision
-    for task in Task.objects.filter(source_instance=instance):
-        source = Activation.objects.get(pk=task.source_activation_id)
-        assert source.instance_id == instance.id
-        if task.source_round is None:
-            assert source.task_id == task.id
-        else:
-            assert PollRound.objects.filter(activation=source, task=task, round=task.source_round).exists()
-        assert Attempt.objects.filter(task=task).count() == task.attempt_count
-        assert task.permit_held == (task.state not in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED))
-    for row, name in ((state.application, "application"), (state.queue, "queue")):
-        row.refresh_from_db()
-        assert row.active_tasks == Task.objects.filter(**{name: row}, permit_held=True).count()
-    assert not InboxRecord.objects.filter(instance=instance, state=InboxState.QUARANTINED).exists()
+    """What the engine guarantees of every instance: ``weave_check`` finds no violation."""
+    violations = invariants_check()
+    assert not violations, [str(v) for v in violations]
+    # Tests read the quota counters next: hand them the stored values.
+    state.application.refresh_from_db()
+    state.queue.refresh_from_db()
 
 
 def exact(value) -> str:
@@ -579,20 +562,9 @@ def exact(value) -> str:
 
 
 def reviewed_record_consume(state: State) -> None:
-    """What the engine's inbox consumer does with a REVIEWED record of a TASK activation:
-    the verified outcome is stored, the activation stays NEEDS_REVIEW, the revisions advance."""
-    record = InboxRecord.objects.get(instance=state.instance, state=InboxState.PENDING)
-    event = ResultEvent.objects.get(pk=record.source_id)
-    now = clock.now()
-    record.state, record.disposition, record.consumed_at = InboxState.CONSUMED, Disposition.APPLIED, now
-    record.save()
-    activation = Activation.objects.get(pk=record.activation_id)
-    activation.verified_outcome, activation.verified_result = event.outcome, event.result
-    activation.revision += 1
-    activation.save()
-    instance = WorkflowInstance.objects.get(pk=state.instance.pk)
-    instance.revision += 1
-    instance.save()
+    """The engine's inbox consumer takes the instance's pending REVIEWED record."""
+    record = inbox_consume_next(instance_id=state.instance.pk)
+    assert record is not None and record.state == InboxState.CONSUMED, record
 
 
 def task_resolved_state(tenancy, *, conclusion: str = "SUCCEEDED", **instance) -> State:

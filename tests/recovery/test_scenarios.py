@@ -1,5 +1,5 @@
-"""Each recovery scenario as the operations an operator calls, with the engine's REVIEWED consumption stood in by
-``states.reviewed_record_consume`` until the engine's inbox consumer lands."""
+"""The internal call sequences of the recovery scenarios; the engine's inbox consumer takes each REVIEWED
+record (``states.reviewed_record_consume``)."""
 
 import pytest
 
