@@ -5,7 +5,6 @@ from typing import Any
 
 from engine.activation import correlation_key_of
 from engine.advance import continuation_create
-from engine.commands import instance_visible
 from engine.definitions import MAX_SECONDS
 from engine.state import FINISHED, gate_sync, instance_control_touch
 from history import clock, fields, idempotency
@@ -27,6 +26,7 @@ from history.models import (
     WorkflowInstance,
     WorkflowOperation,
 )
+from history.selectors.access import instance_get_readable
 from history.tenancy import is_name
 from history.times import format_time
 
@@ -151,7 +151,8 @@ def _control(*, identity: Identity, instance_id: str, command: Any, action: str,
     command = fields.command_object(command, allowed=CONTROL_FIELDS)
     expected = fields.revision("expected_control_revision", fields.required(command, "expected_control_revision"))
     reason = fields.reason("reason", command["reason"]) if "reason" in command else ""
-    instance, definition = instance_visible(identity=identity, instance_id=instance_id)
+    instance = instance_get_readable(identity=identity, instance_id=instance_id)
+    definition = instance.definition
 
     def work() -> dict:
         locks = LockSet()

@@ -6,7 +6,6 @@ from typing import Any
 from django.db.models import Exists, OuterRef
 
 from engine.advance import continuation_create
-from engine.commands import instance_visible
 from engine.definitions import contract_violation
 from engine.state import FINISHED, instance_enter_review, touch
 from history import clock, fields, idempotency
@@ -36,6 +35,7 @@ from history.models import (
     WorkflowDefinition,
     WorkflowInstance,
 )
+from history.selectors.access import instance_get_readable
 from history.times import format_time
 
 SIGNAL_FIELDS = (
@@ -105,7 +105,8 @@ def signal_accept(
         )
     reason = fields.reason("reason", fields.required(command, "reason"))
     evidence_ref = fields.token("evidence_ref", command["evidence_ref"]) if "evidence_ref" in command else ""
-    instance, definition = instance_visible(identity=identity, instance_id=instance_id)
+    instance = instance_get_readable(identity=identity, instance_id=instance_id)
+    definition = instance.definition
     step_key, spec = _target_step(definition, command, name)
 
     def work(locks: LockSet) -> dict:

@@ -14,9 +14,10 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 
 from history import models
-from history.console import instance_page, visible_rows
+from history.console import instance_page
 from history.graph import step_graph_svg
 from history.identity import identity_of_user
+from history.selectors.access import INSTANCE_NOT_FOUND, visible_rows
 from history.selectors.instances import task_attempts
 
 admin.site.site_header = "Weave operations"
@@ -166,10 +167,10 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
         }
 
     def visible_instance(self, request, object_id) -> models.WorkflowInstance:
-        """The instance if this user may see it (namespace and queues), else 404."""
+        """The instance if this user may see it (the API's visibility rule), else 404 with the API's message."""
         instance = self.get_queryset(request).select_related("definition").filter(pk=object_id).first()
         if instance is None:
-            raise Http404("no such instance in your namespace")
+            raise Http404(INSTANCE_NOT_FOUND)
         return instance
 
     def change_view(self, request, object_id, form_url="", extra_context=None):

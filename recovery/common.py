@@ -54,6 +54,7 @@ from history.models import (
     WorkflowInstance,
     WorkflowOperation,
 )
+from history.selectors.access import instance_definition_visible
 from history.times import format_optional_time
 from recovery.commands import Command, instance_id_check
 
@@ -205,7 +206,7 @@ def context_open(*, identity: Identity, instance_id: str, locks: LockSet | None)
         instance = locks.lock_one(Level.INSTANCE, instance_id)
     else:
         instance = WorkflowInstance.objects.filter(pk=instance_id).first()
-    definition = _accessible_definition(identity=identity, instance=instance)
+    definition = instance_definition_visible(identity=identity, instance=instance)
     if refusal := not_in_review(instance):
         raise refusal
     blocking = (
@@ -221,17 +222,6 @@ def context_open(*, identity: Identity, instance_id: str, locks: LockSet | None)
     if gate is None:
         raise Unavailable("the instance has no gate")
     return Context(identity=identity, instance=instance, definition=definition, gate=gate, now=clock.now(), locks=locks)
-
-
-def _accessible_definition(*, identity: Identity, instance: WorkflowInstance | None) -> WorkflowDefinition:
-    if instance is None or instance.namespace_id != identity.namespace_id:
-        raise NotFound("no such workflow instance")
-    definition = WorkflowDefinition.objects.filter(pk=instance.definition_id).first()
-    if definition is None or definition.namespace_id != instance.namespace_id:
-        raise Unavailable("the instance's definition is missing or in another namespace")
-    if not identity.can_access_queues(definition.queues):
-        raise NotFound("no such workflow instance")
-    return definition
 
 
 def step_conclusion(step: Step) -> str | None:
@@ -639,7 +629,7 @@ def _commit(*, operation, identity, instance_id, key, fingerprint, command, requ
     )
     if row.response:
         instance = WorkflowInstance.objects.filter(pk=row.workflow_id).first()
-        _accessible_definition(identity=identity, instance=instance)
+        instance_definition_visible(identity=identity, instance=instance)
         return receipt_replay(row=row)
     quota = None
     if quota_task is not None:

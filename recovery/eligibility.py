@@ -13,6 +13,7 @@ from history.errors import NotFound, WeaveError
 from history.identity import Identity
 from history.ids import ROOT_STEP_KEY
 from history.models import Step, StepKind, Task, TaskState, WorkflowInstance
+from history.selectors.access import instance_get_readable
 from recovery.commands import (
     ContinueCommand,
     ContinuePollCommand,
@@ -117,9 +118,7 @@ def instance_eligibility(*, identity: Identity, instance_id: str) -> dict:
     SUCCEEDED one also needs a result of the step's contract: preview it with the real command).
     """
     instance_id_check(instance_id)
-    instance = WorkflowInstance.objects.filter(pk=instance_id, namespace_id=identity.namespace_id).first()
-    if instance is None:
-        raise NotFound("no such workflow instance")
+    instance = instance_get_readable(identity=identity, instance_id=instance_id)
     steps = Step.objects.filter(instance_id=instance.id).exclude(key=ROOT_STEP_KEY)
     return _eligibility(identity=identity, instance=instance, steps=steps)
 

@@ -1,22 +1,29 @@
-"""The parent checks every history read starts with."""
+"""Visibility: whether a caller may see an instance, and the parent checks every history read starts with.
 
-from django.db.models import Exists, OuterRef, QuerySet, Subquery
+An identity (an API credential or an admin operator) sees an instance of its own namespace whose
+fixed definition names only queues the identity may access. Another namespace, a missing row and
+an inaccessible queue all answer the same NOT_FOUND, so knowing an id proves nothing. The API's
+reads and commands, recovery and the admin all ask here.
+"""
 
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
+
+from history import models
 from history.errors import NotFound, Unavailable
 from history.identity import Identity
 from history.ids import ROOT_STEP_KEY
 from history.models import Activation, Gate, Namespace, Queue, Step, WorkflowDefinition, WorkflowInstance
 
+INSTANCE_NOT_FOUND = "workflow not found"
 _DEFINITION_BROKEN = "the workflow's definition is missing or belongs to another namespace"
 
 
 def instance_get_readable(*, identity: Identity, instance_id: str) -> WorkflowInstance:
-    """The instance, with its fixed definition loaded, if the identity may read it.
+    """The instance, with its fixed definition loaded, if the identity may see it.
 
-    Another namespace, a missing row and an inaccessible queue of the definition all look the
-    same (NOT_FOUND): knowing an id proves nothing. One query reads the instance, its definition,
-    its namespace's name (``namespace_name``, None when missing) and whether its gate exists
-    (``has_gate``); the readers check the last two where they need them.
+    One query reads the instance, its definition, its namespace's name (``namespace_name``, None
+    when missing) and whether its gate exists (``has_gate``); the readers check the last two where
+    they need them.
     """
     instance = (
         WorkflowInstance.objects.select_related("definition")
@@ -29,11 +36,7 @@ def instance_get_readable(*, identity: Identity, instance_id: str) -> WorkflowIn
     )
     if instance is None:
         _refuse_unreadable(identity=identity, instance_id=instance_id)
-    definition = instance.definition
-    if definition.namespace_id != instance.namespace_id:
-        raise Unavailable(_DEFINITION_BROKEN)
-    if not identity.can_access_queues(definition.queues):
-        raise NotFound("workflow not found")
+    _definition_check(identity=identity, instance=instance, definition=instance.definition)
     return instance
 
 
@@ -44,7 +47,101 @@ def _refuse_unreadable(*, identity: Identity, instance_id: str) -> None:
     )
     if orphan.exists():
         raise Unavailable(_DEFINITION_BROKEN)
-    raise NotFound("workflow not found")
+    raise NotFound(INSTANCE_NOT_FOUND)
+
+
+def instance_definition_visible(*, identity: Identity, instance: WorkflowInstance | None) -> WorkflowDefinition:
+    """The fixed definition of an instance row read by the caller (locked, for a commit), if the identity may see it."""
+    if instance is None or instance.namespace_id != identity.namespace_id:
+        raise NotFound(INSTANCE_NOT_FOUND)
+    definition = WorkflowDefinition.objects.filter(pk=instance.definition_id).first()
+    _definition_check(identity=identity, instance=instance, definition=definition)
+    return definition
+
+
+def _definition_check(*, identity: Identity, instance: WorkflowInstance, definition: WorkflowDefinition | None) -> None:
+    """An instance of the identity's namespace: its definition must be intact, then every queue of it accessible."""
+    if definition is None or definition.namespace_id != instance.namespace_id:
+        raise Unavailable(_DEFINITION_BROKEN)
+    if not identity.can_access_queues(definition.queues):
+        raise NotFound(INSTANCE_NOT_FOUND)
+
+
+# ---- the same rule over whole tables (the admin's lists) ---------------------------------
+
+# How each table reaches the instance it belongs to.
+INSTANCE_PATH = {
+    models.WorkflowInstance: "",
+    models.Gate: "instance",
+    models.Step: "instance",
+    models.Activation: "instance",
+    models.InboxRecord: "instance",
+    models.PollRound: "instance",
+    models.Wait: "instance",
+    models.Signal: "workflow",
+    models.SignalOperation: "workflow",
+    models.WorkflowOperation: "workflow",
+    models.Continuation: "instance",
+    models.IdempotencyReceipt: "workflow",
+}
+# Task rows and their children: the task's own namespace and queue, and only when its instance is
+# visible too.
+TASK_PATH = {models.Task: "", models.Attempt: "task", models.ResultEvent: "task", models.ExecutionAudit: "task"}
+
+
+def visible_queue_ids(identity: Identity) -> list[str] | None:
+    """Ids of the queues the identity may access; None for every queue of its namespace."""
+    if identity.queues is None:
+        return None
+    return list(
+        models.Queue.objects.filter(namespace_id=identity.namespace_id, name__in=identity.queues).values_list(
+            "id", flat=True
+        )
+    )
+
+
+def visible_definition_ids(identity: Identity) -> list[str]:
+    """Definitions of the identity's namespace whose every queue the identity may access."""
+    rows = models.WorkflowDefinition.objects.filter(namespace_id=identity.namespace_id).values_list("id", "queues")
+    return [pk for pk, queues in rows if identity.can_access_queues(queues)]
+
+
+def visible_rows(queryset: QuerySet, identity: Identity | None) -> QuerySet:
+    """The rows of ``queryset`` the identity may see: its namespace, and what hangs off visible instances."""
+    if identity is None:
+        return queryset.none()
+    model = queryset.model
+    if model in INSTANCE_PATH:
+        path = INSTANCE_PATH[model]
+        prefix = f"{path}__" if path else ""
+        instances = Q(**{f"{prefix}namespace_id": identity.namespace_id}) & Q(
+            **{f"{prefix}definition_id__in": visible_definition_ids(identity)}
+        )
+        return queryset.filter(instances)
+    if model in TASK_PATH:
+        prefix = f"{TASK_PATH[model]}__" if TASK_PATH[model] else ""
+        queryset = queryset.filter(**{f"{prefix}namespace_id": identity.namespace_id})
+        if identity.queues is None:
+            return queryset
+        return queryset.filter(
+            **{
+                f"{prefix}queue_id__in": visible_queue_ids(identity),
+                f"{prefix}source_instance__definition_id__in": visible_definition_ids(identity),
+            }
+        )
+    if model is models.Namespace:
+        return queryset.filter(id=identity.namespace_id)
+    if model is models.Queue:
+        queryset = queryset.filter(namespace_id=identity.namespace_id)
+        return queryset if identity.queues is None else queryset.filter(name__in=identity.queues)
+    if model is models.WorkflowDefinition:
+        return queryset.filter(id__in=visible_definition_ids(identity))
+    if hasattr(model, "namespace_id") or any(f.name == "namespace" for f in model._meta.fields):
+        return queryset.filter(namespace_id=identity.namespace_id)
+    return queryset.none()
+
+
+# ---- children of a visible instance ----------------------------------------------------
 
 
 def step_spec_of(*, instance: WorkflowInstance, key: str) -> dict:

@@ -1,4 +1,4 @@
-"""Security sweep over every API endpoint and every admin page (issue 7).
+"""Security sweep over every API endpoint and every admin page.
 
 The endpoint list is read from the URLconf and must equal ENDPOINTS, so a new route cannot be
 left out; the admin pages are read from the admin site's registry and the instance admin's
