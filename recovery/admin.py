@@ -122,7 +122,11 @@ class RecoveryInstanceAdmin(WorkflowInstanceAdmin):
                 self._button(instance, view.step, name, entry, tasks)
                 for name, entry in eligibility["steps"].get(view.step.key, {}).items()
             ]
-        context["continue_operation"] = self._button(instance, None, "continue", eligibility["continue"], tasks)
+        context["instance_operations"] = [
+            self._button(instance, None, op.name, eligibility[op.name], tasks)
+            for op in OPERATIONS.values()
+            if op.target == "instance"
+        ]
         return context
 
     def _button(self, instance, step: Step | None, name: str, entry: dict, tasks: dict[str, Task]) -> dict:

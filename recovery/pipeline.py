@@ -108,7 +108,7 @@ class Operation(abc.ABC):
     def service(self) -> Callable[..., Receipt]:
         """``operation_execute`` of this operation, named after it: what the API and the console call."""
 
-        def service(*, identity: Identity, instance_id: str, idempotency_key: str, command: dict, request_id=""):
+        def service(*, identity: Identity, instance_id: str, idempotency_key: str, command: dict, request_id: str = ""):
             return operation_execute(
                 operation=self,
                 identity=identity,
