@@ -8,7 +8,7 @@ from engine.advance import continuation_create
 from engine.definitions import MAX_SECONDS
 from engine.state import FINISHED, gate_sync, instance_control_touch
 from history import clock, fields, idempotency
-from history.audits import audit_write
+from history.audits import audit_write, instance_summary
 from history.errors import Aborted, FailedPrecondition, NotFound
 from history.idempotency import Receipt
 from history.identity import Identity
@@ -28,30 +28,9 @@ from history.models import (
 )
 from history.selectors.access import instance_get_readable
 from history.tenancy import is_name
-from history.times import format_time
 
 START_FIELDS = ("definition", "version", "input", "business_key", "deadline_seconds")
 CONTROL_FIELDS = ("expected_control_revision", "reason")
-
-
-def instance_summary(instance: WorkflowInstance, definition: WorkflowDefinition) -> dict:
-    """The answer of start and control commands (revisions as decimal strings, absent never null)."""
-    data: dict[str, Any] = {
-        "id": instance.id,
-        "workflow_id": instance.id,
-        "definition": {"name": definition.name, "version": definition.version},
-        "state": instance.state,
-        "paused": instance.paused,
-        "revision": str(instance.revision),
-        "control_revision": str(instance.control_revision),
-        "business_key": instance.business_key,
-        "created_at": format_time(instance.created_at),
-    }
-    if instance.stop_kind:
-        data["stop_kind"] = instance.stop_kind
-    if instance.deadline_at:
-        data["deadline_at"] = format_time(instance.deadline_at)
-    return data
 
 
 def _definition_of(*, identity: Identity, command: dict) -> WorkflowDefinition:

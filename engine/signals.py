@@ -9,7 +9,7 @@ from engine.advance import continuation_create
 from engine.definitions import contract_violation
 from engine.state import FINISHED, instance_enter_review, touch
 from history import clock, fields, idempotency
-from history.audits import audit_write
+from history.audits import audit_write, signal_snapshot
 from history.errors import FailedPrecondition, InvalidArgument
 from history.idempotency import Receipt
 from history.identity import Identity
@@ -36,7 +36,6 @@ from history.models import (
     WorkflowInstance,
 )
 from history.selectors.access import instance_get_readable
-from history.times import format_time
 
 SIGNAL_FIELDS = (
     "name",
@@ -128,22 +127,7 @@ def signal_accept(
             actor_id=identity.actor_id,
             evidence_ref=evidence_ref,
         )
-        snapshot = {
-            "signal_id": signal.id,
-            "workflow_id": locked.id,
-            "state": SignalState.PENDING,
-            "name": name,
-            "payload_version": payload_version,
-            "correlation_key": correlation_key,
-            "target_step_key": step_key,
-            "target_activation_sequence": sequence,
-            "accepted_at": format_time(now),
-            "expires_at": format_time(signal.expires_at),
-            "actor_id": identity.actor_id,
-            "revision": str(signal.revision),
-        }
-        if evidence_ref:
-            snapshot["evidence_ref"] = evidence_ref
+        snapshot = signal_snapshot(signal)
         operation = audit_write(
             model=SignalOperation,
             namespace_id=identity.namespace_id,

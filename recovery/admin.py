@@ -22,8 +22,8 @@ from history.identity import identity_of_user
 from history.models import Step, Task, WorkflowInstance
 from history.selectors.instances import task_attempts
 from recovery.eligibility import instance_eligibility, operation_preview
-from recovery.forms import DECLARATIONS, OPERATION_FORMS, form_command, fresh_key, hidden_copy, recovery_form_class
-from recovery.operations import SERVICES
+from recovery.forms import declaration_label, form_command, fresh_key, hidden_copy, recovery_form_class
+from recovery.operations import OPERATIONS
 
 PERMISSIONS = {
     "recover": "history.recover_workflowinstance",
@@ -122,7 +122,11 @@ class RecoveryInstanceAdmin(WorkflowInstanceAdmin):
                 self._button(instance, view.step, name, entry, tasks)
                 for name, entry in eligibility["steps"].get(view.step.key, {}).items()
             ]
-        context["continue_operation"] = self._button(instance, None, "continue", eligibility["continue"], tasks)
+        context["instance_operations"] = [
+            self._button(instance, None, op.name, eligibility[op.name], tasks)
+            for op in OPERATIONS.values()
+            if op.target == "instance"
+        ]
         return context
 
     def _button(self, instance, step: Step | None, name: str, entry: dict, tasks: dict[str, Task]) -> dict:
@@ -135,7 +139,7 @@ class RecoveryInstanceAdmin(WorkflowInstanceAdmin):
         url = reverse("admin:history_workflowinstance_recovery", args=[instance.id, name])
         return {
             "name": name,
-            "title": OPERATION_FORMS[name].title,
+            "title": OPERATIONS[name].title,
             "possible": entry["possible"],
             "reason": entry.get("reason", ""),
             "url": f"{url}?{'&'.join(f'{k}={v}' for k, v in query.items())}",
@@ -180,7 +184,7 @@ class RecoveryInstanceAdmin(WorkflowInstanceAdmin):
         return initial
 
     def recovery_view(self, request, object_id, operation):
-        spec = OPERATION_FORMS.get(operation)
+        spec = OPERATIONS.get(operation)
         if spec is None:
             raise Http404("no such recovery operation")
         identity = self._identity(request, "recover")
@@ -193,7 +197,7 @@ class RecoveryInstanceAdmin(WorkflowInstanceAdmin):
                 command = form_command(spec, form.cleaned_data)
                 try:
                     if "_confirm" in request.POST:
-                        receipt = SERVICES[spec.name](
+                        receipt = spec.service(
                             identity=identity,
                             instance_id=instance.id,
                             idempotency_key=form.cleaned_data["idempotency_key"],
@@ -318,14 +322,13 @@ class RecoveryInstanceAdmin(WorkflowInstanceAdmin):
 
     def _bulk(self, request, queryset, *, operation):
         identity = self._identity(request, "recover")
-        spec = OPERATION_FORMS[operation]
+        spec = OPERATIONS[operation]
         instances = list(queryset.select_related("definition").order_by("id")[:200])
         step_key = request.POST.get("step_key", "")
         form = BulkForm(request.POST if "apply" in request.POST else None)
-        form.fields["declaration"].label = f"I declare ({spec.declaration}) for every instance below"
-        form.fields["declaration"].help_text = DECLARATIONS[spec.declaration]
+        declaration_label(form.fields["declaration"], spec, " for every instance below")
         steps = {}
-        if operation == "retry-step" and step_key:
+        if spec.target == "step" and step_key:
             steps = {s.instance_id: s for s in Step.objects.filter(instance__in=instances, key=step_key)}
         results = None
         if "apply" in request.POST and form.is_valid():
@@ -342,7 +345,7 @@ class RecoveryInstanceAdmin(WorkflowInstanceAdmin):
             "results": results,
             "step_key": step_key,
             "step_keys": step_keys,
-            "needs_step": operation == "retry-step",
+            "needs_step": spec.target == "step",
             "bulk_key": request.POST.get("bulk_key") or fresh_key(),
         }
         return TemplateResponse(request, "admin/recovery/bulk.html", context)
@@ -363,7 +366,7 @@ class RecoveryInstanceAdmin(WorkflowInstanceAdmin):
                 "expected_step_revision": post.get(f"step_revision_{instance.id}", ""),
             }
         try:
-            receipt = SERVICES[spec.name](
+            receipt = spec.service(
                 identity=identity,
                 instance_id=instance.id,
                 idempotency_key=f"{post.get('bulk_key')}-{instance.id}"[:128],

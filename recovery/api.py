@@ -6,7 +6,9 @@ byte-identical to the first answer (with a new request_id) and says ``Idempotent
 ``RecoverySchema`` describes each route as its own OpenAPI operation: its command and its errors.
 """
 
+from collections.abc import Mapping
 from dataclasses import fields
+from functools import partial
 
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
@@ -19,7 +21,8 @@ from history import exactjson, idempotency
 from history.api import schema
 from history.ids import ID_PATTERN
 from history.models import Scope
-from recovery.operations import OPERATIONS, SERVICES
+from recovery.commands import NOT_NULL
+from recovery.operations import OPERATIONS
 from weave_site.api.permissions import scope_required
 from weave_site.api.request_id import request_id_of
 
@@ -36,7 +39,9 @@ def _declaration(asserts: str) -> DeclarationField:
 
 
 # The OpenAPI field of each command field (recovery.commands checks them); every field is required.
+# A declaration field is documented by what its operation's operator asserts.
 _COMMAND_FIELDS = {
+    **{op.declaration: partial(_declaration, op.command_class.declaration.asserts) for op in OPERATIONS.values()},
     "expected_revision": lambda: schema.RevisionField(help_text="the instance's current revision (not control)"),
     "reason": openapi.reason,
     "evidence_ref": openapi.evidence_ref,
@@ -45,37 +50,31 @@ _COMMAND_FIELDS = {
     "step_key": schema.StepKeyField,
     "activation_id": lambda: schema.IdField(help_text="the step's current activation"),
     "expected_step_revision": lambda: schema.RevisionField(help_text="the step's current revision"),
-    "execution_settled": lambda: _declaration("every historical execution has ended and will have no effect"),
-    "safe_to_retry": lambda: _declaration("re-running with the same fixed input is safe"),
-    "pending_confirmed": lambda: _declaration("the PENDING answer of the last round is authoritative"),
-    "wait_verified": lambda: _declaration("the awaited event has not happened and the contract is still right"),
-    "review_resolved": lambda: _declaration("every matter of this review has been handled"),
     "conclusion": openapi.ConclusionField,
     "result": lambda: schema.ExactJSONField(
         help_text="any JSON, stored byte-exact; a SUCCEEDED ResolveStep satisfies the step's result contract "
         "(TIMER: null)"
     ),
 }
-# Variants of a command whose fields depend on each other: ReviewTask's result is never null, and
-# neither is the result of a FAILED ResolveStep (the failure details).
-_NOT_NULL_RESULT = {"result": lambda: schema.NotNullJSONField(help_text="never null")}
-_VARIANTS = {
-    "review-task": {"": _NOT_NULL_RESULT},
-    "resolve-step": {
-        "Succeeded": {"conclusion": lambda: openapi.only("SUCCEEDED")},
-        "Failed": {"conclusion": lambda: openapi.only("FAILED"), **_NOT_NULL_RESULT},
-    },
-}
 
 
-def _command(name: str, command_class: type, overrides: dict) -> type[serializers.Serializer]:
-    made = _COMMAND_FIELDS | overrides
-    return type(name, (openapi.Command,), {field.name: made[field.name]() for field in fields(command_class)})
+def _variant_field(value: str) -> serializers.Field:
+    """A field as one variant of a command documents it: never null, or one fixed value."""
+    if value == NOT_NULL:
+        return schema.NotNullJSONField(help_text="never null")
+    return openapi.only(value)
+
+
+def _command(name: str, command_class: type, variant: Mapping[str, str]) -> type[serializers.Serializer]:
+    def made(field: str) -> serializers.Field:
+        return _variant_field(variant[field]) if field in variant else _COMMAND_FIELDS[field]()
+
+    return type(name, (openapi.Command,), {field.name: made(field.name) for field in fields(command_class)})
 
 
 def _described(operation) -> type[serializers.Serializer] | PolymorphicProxySerializer:
     name = operation.command_class.__name__
-    variants = _VARIANTS.get(operation.name, {"": {}})
+    variants = operation.command_class.variants or {"": {}}
     if len(variants) == 1:
         return _command(name, operation.command_class, variants[""])
     return PolymorphicProxySerializer(
@@ -119,8 +118,6 @@ _ERRORS = {
     429: "RESOURCE_EXHAUSTED: the application or queue quota has no room for the new task",
     **openapi.UNAVAILABLE,
 }
-# Only RetryStep creates a task, so only it can meet a full quota.
-_QUOTA_TAKERS = {"retry-step"}
 INSTANCE_ID = schema.path_parameter("instance_id", "workflow instance id", ID_PATTERN)
 
 
@@ -140,7 +137,9 @@ class RecoverySchema(AutoSchema):
         return COMMANDS[self.view.operation]
 
     def get_response_serializers(self) -> dict:
-        errors = {code: text for code, text in _ERRORS.items() if code != 429 or self.view.operation in _QUOTA_TAKERS}
+        errors = {
+            code: text for code, text in _ERRORS.items() if code != 429 or OPERATIONS[self.view.operation].takes_quota
+        }
         return schema.responses(RecoveryReceipt, errors=errors)
 
 
@@ -153,7 +152,7 @@ class RecoveryView(APIView):
 
     def post(self, request, instance_id: str):
         key = idempotency.key_check(request.headers.get(IDEMPOTENCY_HEADER))
-        receipt = SERVICES[self.operation](
+        receipt = OPERATIONS[self.operation].service(
             identity=request.auth,
             instance_id=instance_id,
             idempotency_key=key,

@@ -1,17 +1,18 @@
-"""The six recovery commands as validated, immutable values.
+"""What a recovery command is: a validated, immutable value of fields from one vocabulary.
 
 A command is a flat JSON object (``history.exactjson.loads`` output). Every field is checked
 here, by the rules of ``history.fields`` the engine's commands share, before anything is read
-from the database; each violation is INVALID_ARGUMENT naming the field.
+from the database; each violation is INVALID_ARGUMENT naming the field. Each operation declares
+its own command class beside its checks (``recovery.operations``).
 """
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 from history import fields as field_rules
-from history.errors import InvalidArgument
 
 CONCLUSIONS = ("SUCCEEDED", "FAILED")
 
@@ -49,19 +50,42 @@ _CHECKS: dict[str, Callable[[str, object], Any]] = {
     "step_key": field_rules.step_key,
     "activation_id": field_rules.identifier,
     "expected_step_revision": field_rules.revision,
-    "execution_settled": field_rules.declaration,
-    "safe_to_retry": field_rules.declaration,
-    "pending_confirmed": field_rules.declaration,
-    "wait_verified": field_rules.declaration,
-    "review_resolved": field_rules.declaration,
     "conclusion": _conclusion,
     "result": _result,
 }
 
 
+# A documented variant of a command: a field that is never null there.
+NOT_NULL = "not null"
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """A fact the server cannot verify, which the operator declares true with one field set to true."""
+
+    field: str
+    asserts: str  # what the operator asserts, briefly (the API documentation)
+    wording: str  # the full declaration beside the console's checkbox
+
+
+EXECUTION_SETTLED = Declaration(
+    "execution_settled",
+    asserts="every historical execution has ended and will have no effect",
+    wording=(
+        "Every historical external execution has ended and will have no further effect. "
+        "A lease expiry or an UNKNOWN result does not prove this."
+    ),
+)
+
+
 @dataclass(frozen=True)
 class Command:
-    """Fields every command carries."""
+    """Fields every command carries, and the declaration of its operation."""
+
+    declaration: ClassVar[Declaration]
+    # Field values that depend on each other, named by a suffix, for the API documentation:
+    # a value is the one the field takes in that variant, or NOT_NULL. One unnamed variant: always so.
+    variants: ClassVar[Mapping[str, Mapping[str, str]]] = MappingProxyType({})
 
     expected_revision: int
     reason: str
@@ -72,7 +96,8 @@ class Command:
         """Validate ``raw`` (a parsed JSON object) into this command, field by field in declared order."""
         names = [f.name for f in fields(cls)]
         field_rules.command_object(raw, allowed=names)
-        values = {name: _CHECKS[name](name, field_rules.required(raw, name)) for name in names}
+        checks = _CHECKS | {cls.declaration.field: field_rules.declaration}
+        values = {name: checks[name](name, field_rules.required(raw, name)) for name in names}
         command = cls(**values)
         command.check_combination()
         return command
@@ -88,53 +113,6 @@ class StepDecision(Command):
     step_key: str
     activation_id: str
     expected_step_revision: int
-
-
-@dataclass(frozen=True)
-class ReviewTaskCommand(Command):
-    task_id: str
-    expected_task_revision: int
-    execution_settled: bool
-    conclusion: str
-    result: ExactResult
-
-    def check_combination(self) -> None:
-        if self.result.is_null:
-            raise InvalidArgument("result must be a JSON value other than null", field="result")
-
-
-@dataclass(frozen=True)
-class ResolveStepCommand(StepDecision):
-    execution_settled: bool
-    conclusion: str
-    result: ExactResult
-
-    def check_combination(self) -> None:
-        # A SUCCEEDED result is checked against the step's fixed contract once the step is known.
-        if self.conclusion == "FAILED" and self.result.is_null:
-            raise InvalidArgument(
-                "a FAILED conclusion needs a result other than null (the failure details)", field="result"
-            )
-
-
-@dataclass(frozen=True)
-class RetryStepCommand(StepDecision):
-    safe_to_retry: bool
-
-
-@dataclass(frozen=True)
-class ContinuePollCommand(StepDecision):
-    pending_confirmed: bool
-
-
-@dataclass(frozen=True)
-class RearmWaitCommand(StepDecision):
-    wait_verified: bool
-
-
-@dataclass(frozen=True)
-class ContinueCommand(Command):
-    review_resolved: bool
 
 
 def instance_id_check(value: object) -> str:

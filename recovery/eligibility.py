@@ -14,28 +14,15 @@ from history.identity import Identity
 from history.ids import ROOT_STEP_KEY
 from history.models import Step, StepKind, Task, TaskState, WorkflowInstance
 from history.selectors.access import instance_get_readable
-from recovery.commands import (
-    ContinueCommand,
-    ContinuePollCommand,
-    ExactResult,
-    RearmWaitCommand,
-    ResolveStepCommand,
-    RetryStepCommand,
-    ReviewTaskCommand,
-    instance_id_check,
-)
-from recovery.common import Context, Operation, Plan, change, context_open, not_in_review
+from recovery.commands import instance_id_check
+from recovery.context import Context, context_open, not_in_review
 from recovery.operations import OPERATIONS
-from recovery.operations.continue_instance import CONTINUE
-from recovery.operations.review_task import REVIEW_TASK
+from recovery.pipeline import Operation, Plan, change
 
 _PREVIEW_REASON = "preview"
-_STEP_COMMANDS = {
-    "resolve-step": (ResolveStepCommand, {"execution_settled": True, "conclusion": "FAILED"}),
-    "retry-step": (RetryStepCommand, {"safe_to_retry": True}),
-    "continue-poll": (ContinuePollCommand, {"pending_confirmed": True}),
-    "rearm-wait": (RearmWaitCommand, {"wait_verified": True}),
-}
+# The operations judged per step (on a task of the step, or the step), and per instance.
+_IN_STEP = [op for op in OPERATIONS.values() if op.target in ("task", "step")]
+_ON_INSTANCE = [op for op in OPERATIONS.values() if op.target == "instance"]
 
 
 def _refused(error: WeaveError) -> dict:
@@ -65,48 +52,40 @@ def _evaluate(ctx: Context, operation: Operation, command) -> dict:
     return {"possible": True, "preview": _preview(ctx, operation, plan)}
 
 
-def _common(ctx: Context) -> dict:
-    return {"expected_revision": ctx.instance.revision, "reason": _PREVIEW_REASON, "evidence_ref": _PREVIEW_REASON}
+def _command(ctx: Context, operation: Operation, **target):
+    """The command an eligibility judges ``operation`` with: the revisions read now, the declaration made."""
+    return operation.command_class(
+        expected_revision=ctx.instance.revision,
+        reason=_PREVIEW_REASON,
+        evidence_ref=_PREVIEW_REASON,
+        **target,
+        **{operation.declaration: True},
+        **operation.preview_defaults,
+    )
 
 
-def _step_entry(ctx: Context, step: Step, review_tasks: list[Task]) -> dict:
-    entry = {}
-    if review_tasks:
+def _in_step(ctx: Context, operation: Operation, step: Step, review_tasks: list[Task]) -> dict:
+    """One operation on a step: judged on the step's first task in review (task) or its current activation."""
+    if operation.target == "task":
+        if not review_tasks:
+            return _not_now("no task of this step is NEEDS_REVIEW")
         task = review_tasks[0]
-        command = ReviewTaskCommand(
-            **_common(ctx),
-            task_id=task.id,
-            expected_task_revision=task.revision,
-            execution_settled=True,
-            conclusion="SUCCEEDED",
-            result=ExactResult(text="true", value=True),
-        )
-        entry["review-task"] = {"task_id": task.id, **_evaluate(ctx, REVIEW_TASK, command)}
-    else:
-        entry["review-task"] = {
-            "possible": False,
-            "code": "FAILED_PRECONDITION",
-            "reason": "no task of this step is NEEDS_REVIEW",
-        }
-    for name, (command_class, extra) in _STEP_COMMANDS.items():
-        if step.current_activation_id is None:
-            entry[name] = {
-                "possible": False,
-                "code": "FAILED_PRECONDITION",
-                "reason": "the step has never been activated",
-            }
-            continue
-        if command_class is ResolveStepCommand:
-            extra = extra | {"result": ExactResult(text='"preview"', value=_PREVIEW_REASON)}
-        command = command_class(
-            **_common(ctx),
-            step_key=step.key,
-            activation_id=step.current_activation_id,
-            expected_step_revision=step.revision,
-            **extra,
-        )
-        entry[name] = _evaluate(ctx, OPERATIONS[name], command)
-    return entry
+        command = _command(ctx, operation, task_id=task.id, expected_task_revision=task.revision)
+        return {"task_id": task.id, **_evaluate(ctx, operation, command)}
+    if step.current_activation_id is None:
+        return _not_now("the step has never been activated")
+    command = _command(
+        ctx,
+        operation,
+        step_key=step.key,
+        activation_id=step.current_activation_id,
+        expected_step_revision=step.revision,
+    )
+    return _evaluate(ctx, operation, command)
+
+
+def _not_now(reason: str) -> dict:
+    return {"possible": False, "code": "FAILED_PRECONDITION", "reason": reason}
 
 
 def instance_eligibility(*, identity: Identity, instance_id: str) -> dict:
@@ -132,21 +111,19 @@ def _eligibility(*, identity: Identity, instance: WorkflowInstance, steps: Itera
     except WeaveError as error:
         return _refused_everywhere(instance=instance, steps=steps, error=error)
     review_tasks = _review_tasks_by_step(instance)
-    continue_command = ContinueCommand(**_common(ctx), review_resolved=True)
     return {
         "revision": str(instance.revision),
-        "continue": _evaluate(ctx, CONTINUE, continue_command),
-        "steps": {s.key: _step_entry(ctx, s, review_tasks.get(s.id, [])) for s in steps},
+        **{op.name: _evaluate(ctx, op, _command(ctx, op)) for op in _ON_INSTANCE},
+        "steps": {s.key: {op.name: _in_step(ctx, op, s, review_tasks.get(s.id, [])) for op in _IN_STEP} for s in steps},
     }
 
 
 def _refused_everywhere(*, instance: WorkflowInstance, steps: list[Step], error: WeaveError) -> dict:
     refusal = _refused(error)
-    names = ["review-task", *_STEP_COMMANDS]
     return {
         "revision": str(instance.revision),
-        "continue": refusal,
-        "steps": {s.key: dict.fromkeys(names, refusal) for s in steps},
+        **{op.name: refusal for op in _ON_INSTANCE},
+        "steps": {s.key: {op.name: refusal for op in _IN_STEP} for s in steps},
     }
 
 

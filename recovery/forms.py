@@ -5,52 +5,11 @@ fresh idempotency key: a background change in between is refused by the service 
 and a double submit replays the first receipt instead of acting twice.
 """
 
-from dataclasses import dataclass
-
 from django import forms
 
 from history.fields import json_form_value
 from history.ids import new_id
-
-DECLARATIONS = {
-    "execution_settled": (
-        "Every historical external execution has ended and will have no further effect. "
-        "A lease expiry or an UNKNOWN result does not prove this."
-    ),
-    "safe_to_retry": (
-        "Re-running with the same fixed input is safe: business_key and concurrency_key do not deduplicate, "
-        "so the external operation's identity is in the fixed input and the evidence shows a retry is safe."
-    ),
-    "pending_confirmed": (
-        "The PENDING answer of the last round is authoritative: the business result really is not ready."
-    ),
-    "wait_verified": (
-        "The awaited event has not happened (or the timer must still fire) and the original contract is still right."
-    ),
-    "review_resolved": "Every matter of this review has been handled.",
-}
-
-
-@dataclass(frozen=True)
-class OperationForm:
-    name: str  # the API name, e.g. "retry-step"
-    title: str
-    target: str  # "task", "step" or "instance"
-    declaration: str
-    with_conclusion: bool = False
-
-
-OPERATION_FORMS = {
-    f.name: f
-    for f in (
-        OperationForm("review-task", "Review task", "task", "execution_settled", with_conclusion=True),
-        OperationForm("resolve-step", "Resolve step", "step", "execution_settled", with_conclusion=True),
-        OperationForm("continue-poll", "Continue poll", "step", "pending_confirmed"),
-        OperationForm("rearm-wait", "Rearm wait", "step", "wait_verified"),
-        OperationForm("retry-step", "Retry step", "step", "safe_to_retry"),
-        OperationForm("continue", "Continue instance", "instance", "review_resolved"),
-    )
-}
+from recovery.pipeline import Operation
 
 
 class CommonFields(forms.Form):
@@ -105,7 +64,7 @@ class ConclusionFields(forms.Form):
 _TARGET_FIELDS = {"task": TaskFields, "step": StepFields, "instance": CommonFields}
 
 
-def recovery_form_class(operation: OperationForm) -> type[forms.Form]:
+def recovery_form_class(operation: Operation) -> type[forms.Form]:
     """The form of one operation, with its declaration spelled out beside the checkbox."""
     bases = (_TARGET_FIELDS[operation.target],)
     if operation.with_conclusion:
@@ -114,14 +73,19 @@ def recovery_form_class(operation: OperationForm) -> type[forms.Form]:
     def __init__(self, *args, **kwargs):
         super(form_class, self).__init__(*args, **kwargs)
         # self.fields are this form's own copies: the shared class fields stay untouched.
-        self.fields["declaration"].label = f"I declare ({operation.declaration})"
-        self.fields["declaration"].help_text = DECLARATIONS[operation.declaration]
+        declaration_label(self.fields["declaration"], operation)
 
     form_class = type(f"{operation.title.replace(' ', '')}Form", bases, {"__init__": __init__})
     return form_class
 
 
-def form_command(operation: OperationForm, data: dict) -> dict:
+def declaration_label(field: forms.Field, operation: Operation, scope: str = "") -> None:
+    """The declaration checkbox of ``operation``, its field named and its words spelled out."""
+    field.label = f"I declare ({operation.declaration}){scope}"
+    field.help_text = operation.command_class.declaration.wording
+
+
+def form_command(operation: Operation, data: dict) -> dict:
     """The flat JSON command the API takes, built from a valid form's cleaned data."""
     command = {
         "expected_revision": data["expected_revision"],

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from engine.advance import continuation_create
 from engine.state import instance_review_lift
 from history.errors import FailedPrecondition
-from history.idempotency import Receipt
-from history.identity import Identity
 from history.models import (
     Attempt,
     AttemptState,
@@ -25,10 +23,23 @@ from history.models import (
     Task,
     TaskState,
 )
-from recovery.commands import ContinueCommand
-from recovery.common import Context, Effect, Operation, Plan, operation_execute, step_conclusion
+from recovery.commands import Command, Declaration
+from recovery.context import Context
+from recovery.pipeline import Effect, Operation, Plan
+from recovery.step_history import step_conclusion
 
 CONTINUATION_KIND = "CONTINUE"
+
+
+@dataclass(frozen=True)
+class ContinueCommand(Command):
+    declaration = Declaration(
+        "review_resolved",
+        asserts="every matter of this review has been handled",
+        wording="Every matter of this review has been handled.",
+    )
+
+    review_resolved: bool
 
 
 @dataclass
@@ -73,8 +84,16 @@ def _review_matters_left(ctx: Context, steps: list[Step]) -> str | None:
 
 
 class Continue(Operation):
+    """Lift the review of an instance whose every matter is handled (review_resolved=true).
+
+    A stop intent or a step concluded FAILED hands the instance to the stop path (CANCELLING,
+    gate closed); a passed deadline is refused; otherwise RUNNING, the gate open unless paused
+    (paused stays), a root continuation saved, deadlines unchanged.
+    """
+
     name = "continue"
-    action = "workflow.continue"
+    title = "Continue instance"
+    target = "instance"
     command_class = ContinueCommand
 
     def check(self, ctx: Context, command: ContinueCommand) -> ContinuePlan:
@@ -113,21 +132,4 @@ class Continue(Operation):
 
 CONTINUE = Continue()
 
-
-def instance_continue(
-    *, identity: Identity, instance_id: str, idempotency_key: str, command: dict, request_id: str = ""
-) -> Receipt:
-    """Lift the review of an instance whose every matter is handled (review_resolved=true).
-
-    A stop intent or a step concluded FAILED hands the instance to the stop path (CANCELLING,
-    gate closed); a passed deadline is refused; otherwise RUNNING, the gate open unless paused
-    (paused stays), a root continuation saved, deadlines unchanged.
-    """
-    return operation_execute(
-        operation=CONTINUE,
-        identity=identity,
-        instance_id=instance_id,
-        idempotency_key=idempotency_key,
-        command=command,
-        request_id=request_id,
-    )
+instance_continue = CONTINUE.service

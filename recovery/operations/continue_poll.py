@@ -9,9 +9,8 @@ import datetime as dt
 from dataclasses import dataclass
 
 from engine.state import touch
+from history.audits import activation_snapshot, step_snapshot
 from history.errors import FailedPrecondition, Unavailable
-from history.idempotency import Receipt
-from history.identity import Identity
 from history.models import (
     ActivationState,
     Disposition,
@@ -23,19 +22,21 @@ from history.models import (
     StepState,
 )
 from history.times import format_optional_time
-from recovery.commands import ContinuePollCommand
-from recovery.common import (
-    Context,
-    Effect,
-    Operation,
-    Plan,
-    StepHistory,
-    activation_snapshot,
-    change,
-    operation_execute,
-    step_decision_resolve,
-    step_snapshot,
-)
+from recovery.commands import Declaration, StepDecision
+from recovery.context import Context
+from recovery.pipeline import Effect, Operation, Plan, change
+from recovery.step_history import StepHistory, step_decision_resolve
+
+
+@dataclass(frozen=True)
+class ContinuePollCommand(StepDecision):
+    declaration = Declaration(
+        "pending_confirmed",
+        asserts="the PENDING answer of the last round is authoritative",
+        wording="The PENDING answer of the last round is authoritative: the business result really is not ready.",
+    )
+
+    pending_confirmed: bool
 
 
 @dataclass
@@ -83,8 +84,15 @@ def _pending_carrier(ctx: Context, history: StepHistory) -> ResultEvent:
 
 
 class ContinuePoll(Operation):
+    """Put a POLL step in review back into its original wait after a confirmed PENDING answer.
+
+    Needs pending_confirmed=true, a consumed and applied PENDING classification of the last
+    round, rounds left and a next round (event time + frozen interval) before the query deadline.
+    """
+
     name = "continue-poll"
-    action = "workflow.continue_poll"
+    title = "Continue poll"
+    target = "step"
     command_class = ContinuePollCommand
 
     def check(self, ctx: Context, command: ContinuePollCommand) -> ContinuePollPlan:
@@ -126,20 +134,4 @@ class ContinuePoll(Operation):
 
 CONTINUE_POLL = ContinuePoll()
 
-
-def poll_continue(
-    *, identity: Identity, instance_id: str, idempotency_key: str, command: dict, request_id: str = ""
-) -> Receipt:
-    """Put a POLL step in review back into its original wait after a confirmed PENDING answer.
-
-    Needs pending_confirmed=true, a consumed and applied PENDING classification of the last
-    round, rounds left and a next round (event time + frozen interval) before the query deadline.
-    """
-    return operation_execute(
-        operation=CONTINUE_POLL,
-        identity=identity,
-        instance_id=instance_id,
-        idempotency_key=idempotency_key,
-        command=command,
-        request_id=request_id,
-    )
+poll_continue = CONTINUE_POLL.service

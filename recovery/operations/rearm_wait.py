@@ -8,99 +8,39 @@ their final-signal wait). The instance review stays.
 
 from dataclasses import dataclass
 
-from engine.activation import wait_supersede
-from history.errors import FailedPrecondition, Unavailable
-from history.idempotency import Receipt
-from history.identity import Identity
-from history.models import ActivationState, StepKind, StepState, Wait, WaitState
-from history.times import format_optional_time
-from recovery.commands import RearmWaitCommand
-from recovery.common import (
-    Context,
-    Effect,
-    Operation,
-    Plan,
-    StepHistory,
-    activation_snapshot,
-    change,
-    operation_execute,
-    step_conclusion,
-    step_decision_resolve,
-    step_snapshot,
-)
+from history.errors import FailedPrecondition
+from history.models import ActivationState, StepKind, StepState
+from recovery.commands import Declaration, StepDecision
+from recovery.context import Context
+from recovery.pipeline import Effect, Operation
+from recovery.step_history import step_conclusion, step_decision_resolve
+from recovery.wait_generation import RearmPlan, wait_generation_next, wait_rearmable
 
 
-@dataclass
-class RearmPlan(Plan):
-    history: StepHistory
-    wait: Wait
-
-    def preview(self) -> dict:
-        step, current, wait = self.history.step, self.history.current, self.wait
-        return {
-            "step_key": step.key,
-            "step": {"state": change(step.state, StepState.WAITING)},
-            "activation": {"id": current.id, "state": change(current.state, ActivationState.SUPERSEDED)},
-            "new_activation": {"sequence": current.sequence + 1, "state": ActivationState.WAITING},
-            "wait": {
-                "id": wait.id,
-                "state": change(wait.state, WaitState.SUPERSEDED),
-                "winner_signal_id": wait.winner_signal_id,
-            },
-            "new_wait": {"generation": wait.generation + 1, "state": WaitState.WAITING},
-            "deadlines_kept": {
-                "deadline_at": format_optional_time(wait.deadline_at),
-                "fire_at": format_optional_time(wait.fire_at),
-            },
-        }
-
-
-def wait_snapshot(wait: Wait) -> dict:
-    return {
-        "id": wait.id,
-        "generation": wait.generation,
-        "state": wait.state,
-        "deadline_at": format_optional_time(wait.deadline_at),
-        "fire_at": format_optional_time(wait.fire_at),
-        "winner_signal_id": wait.winner_signal_id,
-    }
-
-
-def wait_rearmable(ctx: Context, history: StepHistory) -> Wait:
-    """The current activation's wait, in review and before its original deadline."""
-    current = history.current
-    wait = history.wait
-    if wait is None:
-        raise Unavailable(f"activation {current.id} of a {history.step.kind} step has no wait")
-    if wait.state != WaitState.NEEDS_REVIEW:
-        raise FailedPrecondition(f"wait generation {wait.generation} is {wait.state}, not NEEDS_REVIEW")
-    if wait.deadline_at <= ctx.now:
-        raise FailedPrecondition(
-            f"the wait's deadline {format_optional_time(wait.deadline_at)} has passed; it is never extended"
-        )
-    return wait
-
-
-def wait_generation_next(ctx: Context, *, history: StepHistory, wait: Wait, **carried) -> Effect:
-    """The engine's next wait generation for the step, with the before and after of each row it changed."""
-    step, current = history.step, history.current
-    before = {"step": step_snapshot(step), "activation": activation_snapshot(current), "wait": wait_snapshot(wait)}
-    activation, new_wait = wait_supersede(
-        instance=ctx.instance, step=step, activation=current, wait=wait, now=ctx.now, carried=carried
+@dataclass(frozen=True)
+class RearmWaitCommand(StepDecision):
+    declaration = Declaration(
+        "wait_verified",
+        asserts="the awaited event has not happened and the contract is still right",
+        wording=(
+            "The awaited event has not happened (or the timer must still fire) "
+            "and the original contract is still right."
+        ),
     )
-    after = {
-        "step": step_snapshot(step),
-        "activation": activation_snapshot(current),
-        "wait": wait_snapshot(wait),
-        "new_activation": activation_snapshot(activation),
-        "new_wait": wait_snapshot(new_wait),
-    }
-    return Effect(before=before, after=after, step_key=step.key, activation=activation)
+
+    wait_verified: bool
 
 
 class RearmWait(Operation):
+    """Give a SIGNAL or TIMER step in review a new wait generation before its original deadline.
+
+    Needs wait_verified=true. Keeps contract, correlation key, deadline and fire_at; supersedes the
+    old activation and wait (its winner kept); leaves unconsumed signals PENDING; refuses POLL steps.
+    """
+
     name = "rearm-wait"
-    action = "workflow.rearm_wait"
+    title = "Rearm wait"
+    target = "step"
     command_class = RearmWaitCommand
 
     def check(self, ctx: Context, command: RearmWaitCommand) -> RearmPlan:
@@ -122,20 +62,4 @@ class RearmWait(Operation):
 
 REARM_WAIT = RearmWait()
 
-
-def wait_rearm(
-    *, identity: Identity, instance_id: str, idempotency_key: str, command: dict, request_id: str = ""
-) -> Receipt:
-    """Give a SIGNAL or TIMER step in review a new wait generation before its original deadline.
-
-    Needs wait_verified=true. Keeps contract, correlation key, deadline and fire_at; supersedes the
-    old activation and wait (its winner kept); leaves unconsumed signals PENDING; refuses POLL steps.
-    """
-    return operation_execute(
-        operation=REARM_WAIT,
-        identity=identity,
-        instance_id=instance_id,
-        idempotency_key=idempotency_key,
-        command=command,
-        request_id=request_id,
-    )
+wait_rearm = REARM_WAIT.service

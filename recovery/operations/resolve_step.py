@@ -5,28 +5,36 @@ events, waits and poll rounds are never rewritten; the instance review and any s
 """
 
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from engine.state import touch
+from history.audits import activation_snapshot, step_snapshot
 from history.errors import FailedPrecondition, InvalidArgument
-from history.idempotency import Receipt
-from history.identity import Identity
-from history.models import ActivationState, StepKind
-from recovery.commands import ResolveStepCommand
-from recovery.common import (
-    Context,
-    Effect,
-    Operation,
-    Plan,
-    StepHistory,
-    activation_snapshot,
-    change,
-    operation_execute,
-    step_decision_resolve,
-    step_snapshot,
-)
+from history.models import StepKind
+from recovery.commands import EXECUTION_SETTLED, NOT_NULL, ExactResult, StepDecision
+from recovery.context import Context
 from recovery.contracts import poll_classify, result_contract_check
+from recovery.pipeline import Effect, Operation, Plan, change
+from recovery.step_history import StepHistory, step_decision_resolve, step_reviewable
 
-REVIEWABLE_ACTIVATION_STATES = (ActivationState.NEEDS_REVIEW, ActivationState.FAILED, ActivationState.CANCELLED)
+
+@dataclass(frozen=True)
+class ResolveStepCommand(StepDecision):
+    declaration = EXECUTION_SETTLED
+    variants = MappingProxyType(
+        {"Succeeded": {"conclusion": "SUCCEEDED"}, "Failed": {"conclusion": "FAILED", "result": NOT_NULL}}
+    )
+
+    execution_settled: bool
+    conclusion: str
+    result: ExactResult
+
+    def check_combination(self) -> None:
+        # A SUCCEEDED result is checked against the step's fixed contract once the step is known.
+        if self.conclusion == "FAILED" and self.result.is_null:
+            raise InvalidArgument(
+                "a FAILED conclusion needs a result other than null (the failure details)", field="result"
+            )
 
 
 @dataclass
@@ -50,21 +58,6 @@ class ResolvePlan(Plan):
         }
 
 
-def step_reviewable(history: StepHistory) -> None:
-    """The current activation is in review, failed or cancelled, and every historical task is settled."""
-    current = history.current
-    if current is None:
-        raise FailedPrecondition(f"step {history.step.key!r} has never been activated")
-    if current.state not in REVIEWABLE_ACTIVATION_STATES:
-        raise FailedPrecondition(
-            f"activation {current.sequence} of step {history.step.key!r} is {current.state}, "
-            "not NEEDS_REVIEW, FAILED or CANCELLED"
-        )
-    problem = history.unsettled
-    if problem:
-        raise FailedPrecondition(problem)
-
-
 def _success_checks(ctx: Context, history: StepHistory, command: ResolveStepCommand) -> None:
     spec, result = history.spec, command.result
     if history.step.kind == StepKind.TIMER:
@@ -80,9 +73,21 @@ def _success_checks(ctx: Context, history: StepHistory, command: ResolveStepComm
 
 
 class ResolveStep(Operation):
+    """Conclude a step's current activation SUCCEEDED or FAILED with a result of its fixed contract.
+
+    Refused unless every historical task of the step is owned both ways and known settled; a
+    POLL success must classify SUCCEEDED, a TIMER success needs its duration elapsed and a null
+    result. The instance stays in review and a stop intent is kept.
+    """
+
     name = "resolve-step"
-    action = "workflow.resolve_step"
+    title = "Resolve step"
+    target = "step"
     command_class = ResolveStepCommand
+    # Judged as a FAILED conclusion: a SUCCEEDED one also needs a result of the step's contract.
+    preview_defaults = MappingProxyType(
+        {"conclusion": "FAILED", "result": ExactResult(text='"preview"', value="preview")}
+    )
 
     def check(self, ctx: Context, command: ResolveStepCommand) -> ResolvePlan:
         history = step_decision_resolve(ctx, command)
@@ -119,21 +124,4 @@ class ResolveStep(Operation):
 
 RESOLVE_STEP = ResolveStep()
 
-
-def step_resolve(
-    *, identity: Identity, instance_id: str, idempotency_key: str, command: dict, request_id: str = ""
-) -> Receipt:
-    """Conclude a step's current activation SUCCEEDED or FAILED with a result of its fixed contract.
-
-    Refused unless every historical task of the step is owned both ways and known settled; a
-    POLL success must classify SUCCEEDED, a TIMER success needs its duration elapsed and a null
-    result. The instance stays in review and a stop intent is kept.
-    """
-    return operation_execute(
-        operation=RESOLVE_STEP,
-        identity=identity,
-        instance_id=instance_id,
-        idempotency_key=idempotency_key,
-        command=command,
-        request_id=request_id,
-    )
+step_resolve = RESOLVE_STEP.service

@@ -15,8 +15,8 @@ from django.db.models import BooleanField, Case, Count, Exists, F, Max, OuterRef
 from django.db.models.functions import Coalesce
 
 from engine.activation import activation_retry
+from history.audits import activation_snapshot, step_snapshot, task_snapshot
 from history.errors import FailedPrecondition, Unavailable
-from history.idempotency import Receipt
 from history.identity import Identity
 from history.locking import Level
 from history.models import (
@@ -31,26 +31,32 @@ from history.models import (
     WaitKind,
 )
 from history.times import format_optional_time
-from recovery.commands import RetryStepCommand
-from recovery.common import (
+from recovery.commands import Declaration, StepDecision
+from recovery.context import Context, quota_take
+from recovery.pipeline import Effect, Operation, Plan, change
+from recovery.step_history import (
     RETRYABLE_TASK_STATES,
-    Context,
-    Effect,
-    Operation,
-    Plan,
     StepHistory,
-    activation_snapshot,
-    change,
     exact,
-    operation_execute,
-    quota_take,
     step_conclusion,
     step_decision_resolve,
-    step_snapshot,
-    task_snapshot,
+    step_reviewable,
 )
-from recovery.operations.rearm_wait import RearmPlan, wait_generation_next, wait_rearmable
-from recovery.operations.resolve_step import step_reviewable
+from recovery.wait_generation import RearmPlan, wait_generation_next, wait_rearmable
+
+
+@dataclass(frozen=True)
+class RetryStepCommand(StepDecision):
+    declaration = Declaration(
+        "safe_to_retry",
+        asserts="re-running with the same fixed input is safe",
+        wording=(
+            "Re-running with the same fixed input is safe: business_key and concurrency_key do not deduplicate, "
+            "so the external operation's identity is in the fixed input and the evidence shows a retry is safe."
+        ),
+    )
+
+    safe_to_retry: bool
 
 
 @dataclass
@@ -205,9 +211,19 @@ def _round_chain(ctx: Context, history: StepHistory) -> Chain:
 
 
 class RetryStep(Operation):
+    """Re-run a failed or cancelled TASK/POLL step in a new activation, within the original budget.
+
+    Refused for a succeeded step, a stop intent, a passed instance or original task deadline or
+    latest start, unsettled history, a spent budget (FAILED_PRECONDITION), a broken history
+    (UNAVAILABLE) and a full application or queue quota (RESOURCE_EXHAUSTED, checked last).
+    The instance stays in review with the gate closed until Continue.
+    """
+
     name = "retry-step"
-    action = "workflow.retry_step"
+    title = "Retry step"
+    target = "step"
     command_class = RetryStepCommand
+    takes_quota = True
 
     def quota_task(self, *, identity: Identity, instance_id: str, command: RetryStepCommand) -> Task | None:
         step = Step.objects.filter(instance_id=instance_id, key=command.step_key).first()
@@ -335,22 +351,4 @@ def _deadline_checks(ctx: Context, original: Task) -> None:
 
 RETRY_STEP = RetryStep()
 
-
-def step_retry(
-    *, identity: Identity, instance_id: str, idempotency_key: str, command: dict, request_id: str = ""
-) -> Receipt:
-    """Re-run a failed or cancelled TASK/POLL step in a new activation, within the original budget.
-
-    Refused for a succeeded step, a stop intent, a passed instance or original task deadline or
-    latest start, unsettled history, a spent budget (FAILED_PRECONDITION), a broken history
-    (UNAVAILABLE) and a full application or queue quota (RESOURCE_EXHAUSTED, checked last).
-    The instance stays in review with the gate closed until Continue.
-    """
-    return operation_execute(
-        operation=RETRY_STEP,
-        identity=identity,
-        instance_id=instance_id,
-        idempotency_key=idempotency_key,
-        command=command,
-        request_id=request_id,
-    )
+step_retry = RETRY_STEP.service

@@ -6,28 +6,20 @@ lifts the instance review: a verified query success answering PENDING is not a P
 """
 
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from engine.results import result_event_publish
 from engine.worker import task_settle_reviewed
-from history.audits import audit_write
-from history.errors import Aborted, FailedPrecondition, NotFound, Unavailable
-from history.idempotency import Receipt
+from history.audits import audit_write, task_snapshot
+from history.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from history.identity import Identity
 from history.ids import new_id
 from history.locking import Level
 from history.models import Activation, Attempt, AttemptState, ExecutionAudit, ResultKind, Step, Task, TaskState
-from recovery.commands import ReviewTaskCommand
-from recovery.common import (
-    Context,
-    Effect,
-    Operation,
-    Plan,
-    StepHistory,
-    change,
-    operation_execute,
-    step_history,
-    task_snapshot,
-)
+from recovery.commands import EXECUTION_SETTLED, NOT_NULL, Command, ExactResult
+from recovery.context import Context
+from recovery.pipeline import Effect, Operation, Plan, change
+from recovery.step_history import StepHistory, step_history
 
 
 @dataclass
@@ -66,10 +58,36 @@ def _require_task_revision(task: Task, expected: int) -> None:
         raise Aborted(f"expected_task_revision {expected} is stale: the task is at revision {task.revision}")
 
 
+@dataclass(frozen=True)
+class ReviewTaskCommand(Command):
+    declaration = EXECUTION_SETTLED
+    variants = MappingProxyType({"": {"result": NOT_NULL}})
+
+    task_id: str
+    expected_task_revision: int
+    execution_settled: bool
+    conclusion: str
+    result: ExactResult
+
+    def check_combination(self) -> None:
+        if self.result.is_null:
+            raise InvalidArgument("result must be a JSON value other than null", field="result")
+
+
 class ReviewTask(Operation):
+    """Record the operator's verified outcome of a NEEDS_REVIEW task of this instance.
+
+    Needs workflows:recover, the current instance and task revisions and execution_settled=true.
+    The task takes the conclusion, stores the result, releases its permit; an ExecutionAudit and a
+    WorkflowOperation referencing it are written and a REVIEWED result event is published last.
+    The step and the instance review are left as they are.
+    """
+
     name = "review-task"
-    action = "workflow.review_task"
+    title = "Review task"
+    target = "task"
     command_class = ReviewTaskCommand
+    preview_defaults = MappingProxyType({"conclusion": "SUCCEEDED", "result": ExactResult(text="true", value=True)})
 
     def quota_task(self, *, identity: Identity, instance_id: str, command: ReviewTaskCommand) -> Task | None:
         return Task.objects.filter(
@@ -142,22 +160,4 @@ class ReviewTask(Operation):
 
 REVIEW_TASK = ReviewTask()
 
-
-def task_review(
-    *, identity: Identity, instance_id: str, idempotency_key: str, command: dict, request_id: str = ""
-) -> Receipt:
-    """Record the operator's verified outcome of a NEEDS_REVIEW task of this instance.
-
-    Needs workflows:recover, the current instance and task revisions and execution_settled=true.
-    The task takes the conclusion, stores the result, releases its permit; an ExecutionAudit and a
-    WorkflowOperation referencing it are written and a REVIEWED result event is published last.
-    The step and the instance review are left as they are.
-    """
-    return operation_execute(
-        operation=REVIEW_TASK,
-        identity=identity,
-        instance_id=instance_id,
-        idempotency_key=idempotency_key,
-        command=command,
-        request_id=request_id,
-    )
+task_review = REVIEW_TASK.service

@@ -5,8 +5,9 @@ import pytest
 from history import exactjson
 from history.errors import InvalidArgument
 from history.idempotency import key_check
-from recovery.commands import ResolveStepCommand, ReviewTaskCommand
 from recovery.operations import instance_continue, poll_continue, step_resolve, step_retry, task_review, wait_rearm
+from recovery.operations.resolve_step import ResolveStepCommand
+from recovery.operations.review_task import ReviewTaskCommand
 from tests.recovery import requests as rq
 from tests.recovery import states
 from tests.recovery.digest import assert_refused

@@ -25,7 +25,8 @@ from history import exactjson, limits
 from history.ids import new_id
 from history.models import Scope
 from recovery.admin import CONTROLS, ControlForm, SignalForm
-from recovery.forms import OPERATION_FORMS, recovery_form_class
+from recovery.forms import recovery_form_class
+from recovery.operations import OPERATIONS as RECOVERY_OPERATIONS
 from tests.conftest import bearer
 from tests.console import conftest as console_conftest
 from tests.engine.conftest import Engine
@@ -743,7 +744,7 @@ def _recovery_form(operation: str, build, make):
     def form(tenancy):
         state = make(tenancy)
         command = build(state)
-        spec = OPERATION_FORMS[operation]
+        spec = RECOVERY_OPERATIONS[operation]
         data = {name: str(value) for name, value in command.items() if name not in (spec.declaration, "result")}
         if "result" in command:
             data["result"] = exactjson.dumps(command["result"])
@@ -785,7 +786,9 @@ FORMS = {
 
 
 def test_the_form_matrix_covers_every_recovery_signal_and_control_form():
-    assert set(FORMS) == {f"recovery/{n}" for n in OPERATION_FORMS} | {"signal"} | {f"control/{a}" for a in CONTROLS}
+    assert set(FORMS) == {f"recovery/{n}" for n in RECOVERY_OPERATIONS} | {"signal"} | {
+        f"control/{a}" for a in CONTROLS
+    }
 
 
 def _form_cases(kind: str, data: dict) -> list[tuple[str, str, dict]]:
@@ -854,7 +857,9 @@ def _form_fields(form: str) -> dict:
     """The names a form posts, as its class declares them (values do not decide which classes apply)."""
     kind, _, name = form.partition("/")
     declared = {
-        "recovery": lambda: recovery_form_class(OPERATION_FORMS.get(name, OPERATION_FORMS["continue"])).base_fields,
+        "recovery": lambda: (
+            recovery_form_class(RECOVERY_OPERATIONS.get(name, RECOVERY_OPERATIONS["continue"])).base_fields
+        ),
         "signal": lambda: SignalForm.base_fields,
         "control": lambda: ControlForm.base_fields,
     }[kind]()

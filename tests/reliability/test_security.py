@@ -34,8 +34,7 @@ from history.credentials import credential_issue
 from history.models import Credential, Scope
 from history.tenancy import namespace_ensure
 from recovery.admin import CONTROLS
-from recovery.forms import OPERATION_FORMS
-from recovery.operations import SERVICES
+from recovery.operations import OPERATIONS, SERVICES
 from tests.conftest import bearer
 from tests.factories import (
     AttemptFactory,
@@ -703,7 +702,7 @@ def test_a_task_of_an_instance_the_operator_cannot_open_is_hidden_even_on_an_acc
 
 def _recovery_post(state, name: str) -> dict:
     """What the operator's browser posts to confirm ``name`` on the UNKNOWN-task instance."""
-    spec = OPERATION_FORMS[name]
+    spec = OPERATIONS[name]
     task, step = state.task, state.step
     data = {
         "expected_revision": str(state.instance.revision),
@@ -728,7 +727,7 @@ def _recovery_post(state, name: str) -> dict:
 FORMS: dict[str, tuple[str, list, Callable]] = {
     **{
         f"recovery/{name}": ("recovery", [name], lambda state, name=name: _recovery_post(state, name))
-        for name in OPERATION_FORMS
+        for name in OPERATIONS
     },
     **{
         f"control/{action}": (
@@ -772,7 +771,7 @@ def test_the_swept_forms_are_every_url_the_instance_admin_adds():
     stock = {"changelist", "add", "history", "delete", "change"}
     added = {u.name for u in model_admin.get_urls() if u.name and u.name.rsplit("_", 1)[1] not in stock}
     assert added == {f"history_workflowinstance_{kind}" for kind, _, _ in FORMS.values()}
-    assert set(OPERATION_FORMS) == set(SERVICES)
+    assert set(OPERATIONS) == set(SERVICES)
 
 
 # Who may not open the forms of an instance, and what the admin answers them.

@@ -1,0 +1,160 @@
+"""The context an operation's checks run in: the instance under recovery, its definition and gate,
+read in the fixed order of the instance-level checks, and the rows the checks name.
+
+When committing, every row is locked in the one lock order (``history.locking``); for an
+eligibility or preview nothing is locked and repeated lookups are remembered per context.
+"""
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from history import clock
+from history.errors import Aborted, FailedPrecondition, NotFound, ResourceExhausted, Unavailable
+from history.identity import Identity
+from history.locking import Level, LockSet
+from history.models import (
+    Activation,
+    Application,
+    Gate,
+    InboxRecord,
+    InboxState,
+    InstanceState,
+    Queue,
+    Step,
+    Task,
+    Wait,
+    WorkflowDefinition,
+    WorkflowInstance,
+)
+from history.selectors.access import instance_definition_visible
+
+if TYPE_CHECKING:
+    from recovery.step_history import StepHistory
+
+_PLAIN_MODELS = {
+    Level.STEP: Step,
+    Level.ACTIVATION: Activation,
+    Level.WAIT: Wait,
+    Level.TASK: Task,
+}
+
+
+class Replan(Exception):
+    """The rows locked for quota are not the ones the command needs now: plan and run again."""
+
+
+@dataclass
+class Context:
+    """The instance under recovery and its fixed definition; rows locked (commit) or only read (preview)."""
+
+    identity: Identity
+    instance: WorkflowInstance
+    definition: WorkflowDefinition
+    gate: Gate
+    now: dt.datetime
+    locks: LockSet | None
+    quota: tuple[Application, Queue] | None = None
+    request_id: str = ""
+    # Each step's verified history (or its corruption) by (step id, step revision): checked once per context.
+    histories: dict[tuple[str, int], "StepHistory | Unavailable"] = field(default_factory=dict)
+    # Preview only (nothing locked): lookups the checks of one eligibility document repeat per operation.
+    steps_read: dict[str, Step] = field(default_factory=dict)
+    activations_owned: dict[tuple[str, str], bool] = field(default_factory=dict)
+
+    def rows(self, level: Level, ids: Iterable[str]) -> dict:
+        """Rows by id: locked in the fixed order when committing, plainly read for a preview."""
+        ids = [i for i in ids if i is not None]
+        if self.locks is not None:
+            return self.locks.lock(level, ids)
+        return {row.pk: row for row in _PLAIN_MODELS[level].objects.filter(pk__in=ids)} if ids else {}
+
+    def step_spec(self, step: Step) -> dict:
+        spec = self.definition.step_spec(step.key)
+        if spec is None or spec.get("kind") != step.kind:
+            raise Unavailable(f"step {step.key!r} does not match the instance's fixed definition")
+        return spec
+
+    def require_revision(self, expected: int) -> None:
+        if self.instance.revision != expected:
+            raise Aborted(
+                f"expected_revision {expected} is stale: the instance is at revision {self.instance.revision}; "
+                "read it again"
+            )
+
+    def quota_rows(self, task: Task) -> tuple[Application, Queue]:
+        """The application and queue a task's permit counts against (locked before the instance)."""
+        if self.locks is None:
+            return (
+                Application.objects.get(pk=task.application_id),
+                Queue.objects.get(pk=task.queue_id),
+            )
+        if self.quota is None or (self.quota[0].pk, self.quota[1].pk) != (task.application_id, task.queue_id):
+            raise Replan()
+        return self.quota
+
+
+def not_in_review(instance: WorkflowInstance) -> FailedPrecondition | None:
+    """The refusal of every operation on an instance outside NEEDS_REVIEW, or None."""
+    if instance.state == InstanceState.NEEDS_REVIEW:
+        return None
+    return FailedPrecondition(f"the instance is {instance.state}; recovery applies only to NEEDS_REVIEW")
+
+
+def context_open(*, identity: Identity, instance_id: str, locks: LockSet | None) -> Context:
+    """The instance-level checks, in order: namespace and queues (NOT_FOUND), NEEDS_REVIEW, inbox clean."""
+    if locks is not None:
+        instance = locks.lock_one(Level.INSTANCE, instance_id)
+    else:
+        instance = WorkflowInstance.objects.filter(pk=instance_id).first()
+    definition = instance_definition_visible(identity=identity, instance=instance)
+    if refusal := not_in_review(instance):
+        raise refusal
+    blocking = (
+        InboxRecord.objects.filter(instance_id=instance.id, state__in=[InboxState.PENDING, InboxState.QUARANTINED])
+        .values_list("state", flat=True)
+        .first()
+    )
+    if blocking == InboxState.QUARANTINED:
+        raise FailedPrecondition("the inbox holds a QUARANTINED record: corruption no declaration can release")
+    if blocking == InboxState.PENDING:
+        raise FailedPrecondition("the inbox holds unconsumed records: let the runner consume them first")
+    gate = locks.lock_one(Level.GATE, instance.id) if locks is not None else Gate.objects.filter(pk=instance.id).first()
+    if gate is None:
+        raise Unavailable("the instance has no gate")
+    return Context(identity=identity, instance=instance, definition=definition, gate=gate, now=clock.now(), locks=locks)
+
+
+def step_by_key(ctx: Context, key: str) -> Step:
+    """The step named by the command (NOT_FOUND when absent), locked when committing."""
+    step = ctx.steps_read.get(key)
+    if step is None:
+        pk = Step.objects.filter(instance_id=ctx.instance.id, key=key).values_list("id", flat=True).first()
+        step = ctx.rows(Level.STEP, [pk]).get(pk) if pk else None
+        if step is not None and ctx.locks is None:
+            ctx.steps_read[key] = step
+    if step is None or ctx.definition.step_spec(key) is None:
+        raise NotFound(f"no step {key!r} in this instance")
+    return step
+
+
+def activation_of_step(ctx: Context, activation_id: str, step: Step) -> None:
+    """NOT_FOUND unless the activation belongs to this step of this instance."""
+    owned = ctx.activations_owned.get((activation_id, step.id))
+    if owned is None:
+        owned = Activation.objects.filter(pk=activation_id, step_id=step.id, instance_id=ctx.instance.id).exists()
+        if ctx.locks is None:
+            ctx.activations_owned[(activation_id, step.id)] = owned
+    if not owned:
+        raise NotFound(f"no activation {activation_id} of step {step.key!r}")
+
+
+def quota_take(ctx: Context, task: Task) -> tuple[Application, Queue]:
+    """Check that the task's application and queue each have a free slot (RESOURCE_EXHAUSTED)."""
+    app, queue = ctx.quota_rows(task)
+    if app.active_tasks >= app.max_active_tasks:
+        raise ResourceExhausted(f"application {app.name} is at its quota of {app.max_active_tasks} active tasks")
+    if queue.active_tasks >= queue.max_active_tasks:
+        raise ResourceExhausted(f"queue {queue.name} is at its quota of {queue.max_active_tasks} active tasks")
+    return app, queue

@@ -1,0 +1,326 @@
+"""A step's history, verified to belong to it both ways, and the rules read from it.
+
+Every activation, wait, poll round, task and attempt of the step is checked with aggregate
+queries; any broken relation is corruption (UNAVAILABLE), never guessed around.
+"""
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from django.db import connection
+from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, Sum
+from django.db.models.functions import Coalesce, Collate
+
+from history.errors import Aborted, FailedPrecondition, Unavailable
+from history.locking import Level
+from history.models import (
+    TERMINAL_TASK_STATES,
+    Activation,
+    ActivationState,
+    Application,
+    Attempt,
+    AttemptState,
+    PollRound,
+    Queue,
+    Step,
+    StepKind,
+    Task,
+    TaskState,
+    Wait,
+    WorkflowInstance,
+)
+from recovery.context import Context, activation_of_step, step_by_key
+
+# A task that ended without an answer: its step may be retried.
+RETRYABLE_TASK_STATES = (TaskState.FAILED, TaskState.CANCELLED)
+# A current activation an operator may decide on.
+REVIEWABLE_ACTIVATION_STATES = (ActivationState.NEEDS_REVIEW, ActivationState.FAILED, ActivationState.CANCELLED)
+
+
+def exact(name: str) -> Collate | F:
+    """A text column compared byte for byte: MariaDB's default collations ignore case and trailing spaces."""
+    if connection.vendor != "mysql":
+        return F(name)
+    return Collate(name, "utf8mb4_nopad_bin" if connection.mysql_is_mariadb else "utf8mb4_0900_bin")
+
+
+@dataclass
+class StepHistory:
+    """A step whose whole history is verified to belong to it, with the rows the operations work on.
+
+    The history itself (every activation, wait, poll round, task and attempt) is verified with
+    aggregate queries and stays in the database: ``activations``, ``rounds`` and ``tasks`` are
+    querysets over it. ``current``, ``first`` and ``wait`` are loaded (locked when committing).
+    """
+
+    step: Step
+    spec: dict
+    activation_count: int
+    task_count: int  # tasks sourced by an activation of the step
+    task_sources: int  # activations that source a task
+    attempt_count: int  # the sum of the tasks' attempt counts
+    retryable_count: int  # tasks FAILED or CANCELLED
+    current: Activation | None
+    first: Activation | None
+    wait: Wait | None  # the current activation's wait
+
+    @property
+    def activations(self) -> QuerySet[Activation]:
+        return Activation.objects.filter(step_id=self.step.id)
+
+    @property
+    def rounds(self) -> QuerySet[PollRound]:
+        return PollRound.objects.filter(activation__step_id=self.step.id)
+
+    @property
+    def tasks(self) -> QuerySet[Task]:
+        return Task.objects.filter(source_activation__step_id=self.step.id)
+
+    @cached_property
+    def unsettled(self) -> str | None:
+        """Why some historical task is not known settled (the first by id), or None."""
+        running = Exists(Attempt.objects.filter(task_id=OuterRef("pk"), state=AttemptState.RUNNING))
+        task = (
+            self.tasks.annotate(running=running)
+            .filter(~Q(state__in=TERMINAL_TASK_STATES) | Q(permit_held=True) | Q(running=True))
+            .order_by("pk")
+            .only("pk", "state", "permit_held")
+            .first()
+        )
+        if task is None:
+            return None
+        if task.state not in TERMINAL_TASK_STATES:
+            return f"task {task.pk} is {task.state}: review it or let it finish first"
+        if task.permit_held:
+            return f"task {task.pk} still holds its quota permit"
+        return f"task {task.pk} has a RUNNING attempt"
+
+
+def step_history(ctx: Context, step: Step) -> StepHistory:
+    """A step's verified history, once per context and step revision: any broken relation is corruption
+    (UNAVAILABLE), and a broken step stays refused for every operation the context checks."""
+    key = (step.id, step.revision)
+    if key not in ctx.histories:
+        try:
+            ctx.histories[key] = _step_history_load(ctx, step)
+        except Unavailable as error:
+            ctx.histories[key] = error
+    known = ctx.histories[key]
+    if isinstance(known, Unavailable):
+        raise Unavailable(known.message)
+    return known
+
+
+def _step_history_load(ctx: Context, step: Step) -> StepHistory:
+    spec = ctx.step_spec(step)
+    instance = ctx.instance
+    activations = Activation.objects.filter(step_id=step.id)
+    span = activations.aggregate(
+        n=Count("id"),
+        low=Min("sequence"),
+        high=Max("sequence"),
+        distinct=Count("sequence", distinct=True),
+        foreign=Count("id", filter=~Q(instance_id=instance.id)),
+    )
+    n = span["n"]
+    if span["foreign"]:
+        raise Unavailable(f"an activation of step {step.key!r} belongs to another instance")
+    if n and (span["low"], span["high"], span["distinct"]) != (1, n, n):
+        raise Unavailable(f"the activation sequence of step {step.key!r} has a gap")
+    ids = activations.filter(Q(sequence=1) | Q(pk=step.current_activation_id)).values_list("id", flat=True)
+    loaded = ctx.rows(Level.ACTIVATION, ids)
+    current = loaded.get(step.current_activation_id)
+    if step.current_activation_id is not None and current is None:
+        raise Unavailable(f"step {step.key!r} points at an activation that is not its own")
+    wait = None
+    if step.kind != StepKind.TASK:
+        _verify_waits(ctx, step)
+        wait_id = current.wait_id if current else None
+        wait = ctx.rows(Level.WAIT, [wait_id]).get(wait_id)
+    rounds = PollRound.objects.filter(activation__step_id=step.id)
+    if step.kind == StepKind.POLL and rounds.exclude(instance_id=instance.id).exists():
+        raise Unavailable(f"a poll round of step {step.key!r} belongs to another instance")
+    tasks = _verify_tasks(ctx, step, spec)
+    return StepHistory(
+        step=step,
+        spec=spec,
+        activation_count=n,
+        task_count=tasks["n"],
+        task_sources=tasks["sources"],
+        attempt_count=tasks["attempts"],
+        retryable_count=tasks["retryable"],
+        current=current,
+        first=next((a for a in loaded.values() if a.sequence == 1), None),
+        wait=wait,
+    )
+
+
+def _first_unlisted(rows: QuerySet, column: str, listed: QuerySet) -> str | None:
+    """The smallest id in ``rows.column`` that ``listed`` (a queryset of sound rows) does not hold."""
+    return (
+        rows.filter(**{f"{column}__isnull": False})
+        .filter(~Exists(listed.filter(pk=OuterRef(column))))
+        .order_by(column)
+        .values_list(column, flat=True)
+        .first()
+    )
+
+
+def _verify_waits(ctx: Context, step: Step) -> None:
+    """Each wait of the step and each wait an activation names: of this step and instance, named back
+    by an activation of the step."""
+    named_back = Activation.objects.filter(pk=OuterRef("activation_id"), step_id=step.id, wait_id=OuterRef("pk"))
+    sound = Q(step_id=step.id, instance_id=ctx.instance.id) & Exists(named_back)
+    waits = Wait.objects.filter(step_id=step.id).aggregate(n=Count("id"), sound=Count("id", filter=sound))
+    # Each sound wait is named by its own activation: as many naming activations means no other name.
+    naming = Activation.objects.filter(step_id=step.id, wait_id__isnull=False).count()
+    if waits["n"] == waits["sound"] == naming:
+        return
+    healthy = Wait.objects.filter(sound)
+    broken = [
+        _first_unlisted(Wait.objects.filter(step_id=step.id), "pk", healthy),
+        _first_unlisted(Activation.objects.filter(step_id=step.id), "wait_id", healthy),
+    ]
+    wait_id = min((i for i in broken if i), default=None)
+    if wait_id is not None:
+        raise Unavailable(f"wait {wait_id} and its activation do not reference each other")
+
+
+def _owned(instance: WorkflowInstance, step: Step) -> Q:
+    """A task sourced by an activation of the step, in its instance and namespace, that the source names back:
+    a TASK activation by its task_id, a POLL activation by a poll round of the task's source round."""
+    owned = Q(source_activation__step_id=step.id, source_instance_id=instance.id, namespace_id=instance.namespace_id)
+    if step.kind == StepKind.TASK:
+        return owned & Q(source_activation__task_id=F("pk"))
+    named = PollRound.objects.filter(activation_id=OuterRef("source_activation_id"), task_id=OuterRef("pk"))
+    if step.kind == StepKind.POLL:
+        return owned & (
+            Exists(named.filter(round=OuterRef("source_round"))) | Q(source_round__isnull=True) & ~Exists(named)
+        )
+    return owned & Q(source_round__isnull=True)
+
+
+def _placed(instance: WorkflowInstance, spec: dict) -> tuple[Exists, Exists]:
+    """A task on the step's fixed queue; a task of an application of the instance's namespace."""
+    queue = Queue.objects.filter(pk=OuterRef("queue_id"), namespace_id=instance.namespace_id)
+    queue = queue.alias(exact_name=exact("name")).filter(exact_name=spec.get("queue"))
+    application = Application.objects.filter(pk=OuterRef("application_id"), namespace_id=instance.namespace_id)
+    return Exists(queue), Exists(application)
+
+
+def _task_counts(step: Step, owned: Q, placed: Q) -> dict:
+    """One pass over the tasks sourced in the step: how many, how many owned and placed, their sources,
+    attempts and how many are retryable."""
+    return Task.objects.filter(source_activation__step_id=step.id).aggregate(
+        n=Count("id"),
+        owned=Count("id", filter=owned),
+        sound=Count("id", filter=owned & placed),
+        rounded=Count("id", filter=owned & Q(source_round__isnull=False)),
+        sources=Count("source_activation_id", distinct=True),
+        attempts=Coalesce(Sum("attempt_count"), 0),
+        retryable=Count("id", filter=Q(state__in=RETRYABLE_TASK_STATES)),
+    )
+
+
+def _tasks_sound(step: Step, tasks: dict) -> bool:
+    """Enough for ``_verify_tasks`` to find nothing, from counts: every task sourced in the step is owned and
+    placed, and the activations and rounds name no more tasks than the owned ones account for."""
+    # An owned task's source names it (TASK) and a round of its source names it (POLL): one each, distinct.
+    sourced_elsewhere = ~Exists(Task.objects.filter(pk=OuterRef("last_task_id"), source_activation_id=OuterRef("pk")))
+    names = Activation.objects.filter(step_id=step.id).aggregate(
+        task=Count("task_id"), last_elsewhere=Count("id", filter=Q(last_task_id__isnull=False) & sourced_elsewhere)
+    )
+    rounds = PollRound.objects.filter(activation__step_id=step.id).count() if step.kind == StepKind.POLL else 0
+    return (
+        tasks["n"] == tasks["sound"]
+        and names["task"] == (tasks["owned"] if step.kind == StepKind.TASK else 0)
+        and names["last_elsewhere"] == 0
+        and rounds == (tasks["rounded"] if step.kind == StepKind.POLL else 0)
+    )
+
+
+def _verify_tasks(ctx: Context, step: Step, spec: dict) -> dict:
+    """Both directions: each task the step's activations and rounds name, and each task sourced by one of
+    them, has its source in this step, and that source names it back; then queue and application.
+    Counts prove a sound history; only a doubtful one is searched for its first broken task. Returns the
+    counts of ``_task_counts``."""
+    instance = ctx.instance
+    owned = _owned(instance, step)
+    on_queue, of_namespace = _placed(instance, spec)
+    counts = _task_counts(step, owned, on_queue & of_namespace)
+    if _tasks_sound(step, counts):
+        return counts
+    healthy = Task.objects.filter(owned)
+    activations = Activation.objects.filter(step_id=step.id)
+    sourced = Task.objects.filter(source_activation__step_id=step.id)
+    broken = [
+        _first_unlisted(activations, "task_id", healthy),
+        _first_unlisted(activations, "last_task_id", healthy),
+        _first_unlisted(sourced, "pk", healthy),
+    ]
+    if step.kind == StepKind.POLL:
+        broken.append(_first_unlisted(PollRound.objects.filter(activation__step_id=step.id), "task_id", healthy))
+    task_id = min((i for i in broken if i), default=None)
+    if task_id is not None:
+        raise _task_refusal(instance, step, task_id)
+    stray = (
+        sourced.annotate(on_queue=on_queue, of_namespace=of_namespace)
+        .filter(Q(on_queue=False) | Q(of_namespace=False))
+        .order_by("pk")
+        .values_list("pk", "on_queue")
+        .first()
+    )
+    if stray is not None and not stray[1]:
+        raise Unavailable(f"task {stray[0]} is not on the step's fixed queue")
+    if stray is not None:
+        raise Unavailable(f"task {stray[0]} belongs to an application of another namespace")
+    return counts
+
+
+def _task_refusal(instance: WorkflowInstance, step: Step, task_id: str) -> Unavailable:
+    """The words for a task that fails the two-way ownership of a step."""
+    task = Task.objects.filter(pk=task_id).first()
+    source = Activation.objects.filter(pk=task.source_activation_id, step_id=step.id).first() if task else None
+    if task is None or source is None or task.source_instance_id != instance.id:
+        return Unavailable(f"task {task_id} and step {step.key!r} do not reference each other")
+    if task.namespace_id != instance.namespace_id:
+        return Unavailable(f"task {task_id} is in another namespace")
+    return Unavailable(f"task {task_id} is not referenced back by its source activation")
+
+
+def step_decision_resolve(ctx: Context, command) -> StepHistory:
+    """A step decision's references in order: step and activation exist (NOT_FOUND), are current (ABORTED),
+    and own their history both ways (UNAVAILABLE)."""
+    step = step_by_key(ctx, command.step_key)
+    activation_of_step(ctx, command.activation_id, step)
+    ctx.require_revision(command.expected_revision)
+    if step.revision != command.expected_step_revision:
+        raise Aborted(
+            f"expected_step_revision {command.expected_step_revision} is stale: the step is at {step.revision}"
+        )
+    if step.current_activation_id != command.activation_id:
+        raise Aborted(f"activation {command.activation_id} is no longer the step's current activation")
+    return step_history(ctx, step)
+
+
+def step_conclusion(step: Step) -> str | None:
+    """The management conclusion (ResolveStep) saved for the step's current activation, if any."""
+    resolution = step.resolution or {}
+    if resolution.get("activation_id") != step.current_activation_id:
+        return None
+    return resolution.get("conclusion")
+
+
+def step_reviewable(history: StepHistory) -> None:
+    """The current activation is in review, failed or cancelled, and every historical task is settled."""
+    current = history.current
+    if current is None:
+        raise FailedPrecondition(f"step {history.step.key!r} has never been activated")
+    if current.state not in REVIEWABLE_ACTIVATION_STATES:
+        raise FailedPrecondition(
+            f"activation {current.sequence} of step {history.step.key!r} is {current.state}, "
+            "not NEEDS_REVIEW, FAILED or CANCELLED"
+        )
+    problem = history.unsettled
+    if problem:
+        raise FailedPrecondition(problem)

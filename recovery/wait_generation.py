@@ -1,0 +1,72 @@
+"""A new wait generation for a step in review: RearmWait's for a SIGNAL or TIMER step, RetryStep's for a
+POLL step whose final-signal wait broke. The engine supersedes the old activation and wait and opens
+the next generation with the same contract, correlation key, deadline and fire_at.
+"""
+
+from dataclasses import dataclass
+
+from engine.activation import wait_supersede
+from history.audits import activation_snapshot, step_snapshot, wait_snapshot
+from history.errors import FailedPrecondition, Unavailable
+from history.models import ActivationState, StepState, Wait, WaitState
+from history.times import format_optional_time
+from recovery.context import Context
+from recovery.pipeline import Effect, Plan, change
+from recovery.step_history import StepHistory
+
+
+@dataclass
+class RearmPlan(Plan):
+    history: StepHistory
+    wait: Wait
+
+    def preview(self) -> dict:
+        step, current, wait = self.history.step, self.history.current, self.wait
+        return {
+            "step_key": step.key,
+            "step": {"state": change(step.state, StepState.WAITING)},
+            "activation": {"id": current.id, "state": change(current.state, ActivationState.SUPERSEDED)},
+            "new_activation": {"sequence": current.sequence + 1, "state": ActivationState.WAITING},
+            "wait": {
+                "id": wait.id,
+                "state": change(wait.state, WaitState.SUPERSEDED),
+                "winner_signal_id": wait.winner_signal_id,
+            },
+            "new_wait": {"generation": wait.generation + 1, "state": WaitState.WAITING},
+            "deadlines_kept": {
+                "deadline_at": format_optional_time(wait.deadline_at),
+                "fire_at": format_optional_time(wait.fire_at),
+            },
+        }
+
+
+def wait_rearmable(ctx: Context, history: StepHistory) -> Wait:
+    """The current activation's wait, in review and before its original deadline."""
+    current = history.current
+    wait = history.wait
+    if wait is None:
+        raise Unavailable(f"activation {current.id} of a {history.step.kind} step has no wait")
+    if wait.state != WaitState.NEEDS_REVIEW:
+        raise FailedPrecondition(f"wait generation {wait.generation} is {wait.state}, not NEEDS_REVIEW")
+    if wait.deadline_at <= ctx.now:
+        raise FailedPrecondition(
+            f"the wait's deadline {format_optional_time(wait.deadline_at)} has passed; it is never extended"
+        )
+    return wait
+
+
+def wait_generation_next(ctx: Context, *, history: StepHistory, wait: Wait, **carried) -> Effect:
+    """The engine's next wait generation for the step, with the before and after of each row it changed."""
+    step, current = history.step, history.current
+    before = {"step": step_snapshot(step), "activation": activation_snapshot(current), "wait": wait_snapshot(wait)}
+    activation, new_wait = wait_supersede(
+        instance=ctx.instance, step=step, activation=current, wait=wait, now=ctx.now, carried=carried
+    )
+    after = {
+        "step": step_snapshot(step),
+        "activation": activation_snapshot(current),
+        "wait": wait_snapshot(wait),
+        "new_activation": activation_snapshot(activation),
+        "new_wait": wait_snapshot(new_wait),
+    }
+    return Effect(before=before, after=after, step_key=step.key, activation=activation)
