@@ -36,16 +36,6 @@ _WAIT_KIND = {
     StepKind.TIMER: WaitKind.TIMER,
     StepKind.POLL: WaitKind.POLL_FINAL_SIGNAL,
 }
-_POLL_REQUIRED = (
-    "first_round",
-    "first_round_attempts_used",
-    "used_rounds",
-    "max_rounds",
-    "attempts_per_round",
-    "interval_seconds",
-    "poll_deadline_at",
-    "round_deadline_at",
-)
 
 
 @dataclass(frozen=True)
@@ -107,7 +97,7 @@ def activation_get(*, identity: Identity, instance_id: str, step_key: str, activ
 
 
 def _poll_section(activation: Activation) -> Activation:
-    missing = [name for name in _POLL_REQUIRED if getattr(activation, name) is None]
+    missing = [name for name in Activation.POLL_FIELDS if getattr(activation, name) is None]
     if missing:
         raise Unavailable(f"POLL activation {activation.id} lacks its frozen budget: {', '.join(missing)}")
     return activation
