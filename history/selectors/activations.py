@@ -16,6 +16,7 @@ from history.models import (
     WaitKind,
     WorkflowInstance,
 )
+from history.ownership import task_points_back
 from history.selectors.access import (
     activation_get_under_step,
     fixed_queue,
@@ -155,9 +156,7 @@ def poll_round_list(
         if (
             poll_round.instance_id != instance.id
             or task is None
-            or task.namespace_id != instance.namespace_id
-            or task.source_instance_id != instance.id
-            or task.source_activation_id != activation.id
+            or not task_points_back(instance=instance, activation=activation, task=task)
             or task.source_round != poll_round.round
             or task.queue_id != queue_id
         ):
