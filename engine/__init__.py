@@ -5,7 +5,9 @@ the rows it changes already locked in the order of ``history.locking`` unless it
 
 - quota: ``quota_lock``, ``quota_lock_for_task``, ``permit_take``, ``permit_release``
 - activation: ``task_create``, ``poll_round_start``, ``wait_create``, ``step_activate``,
-  ``correlation_key_of``, ``wait_supersede`` and ``activation_retry`` (the operator's re-runs)
+  ``correlation_key_of``, ``wait_supersede``, ``activation_retry`` (the operator's re-runs) and
+  ``activation_superseded_state``
+- budget: ``attempt_budget``, ``attempts_left``, ``link_max_attempts``, ``predecessor_left_exactly``, ``Budget``
 - advance: ``continuation_create`` (the runner then advances), ``instance_advance``,
   ``instance_lock_graph``
 - state: ``touch`` (revision bump), ``gate_sync``, ``instance_enter_review``, ``instance_review_lift``,

@@ -6,6 +6,7 @@ locked in the fixed order; none of them bumps the instance revision (the caller 
 
 import datetime as dt
 
+from engine.budget import attempt_budget
 from engine.commands import is_text
 from engine.quota import Quota, permit_take
 from engine.state import touch
@@ -23,7 +24,6 @@ from history.models import (
     StepKind,
     StepState,
     Task,
-    TaskState,
     Wait,
     WaitKind,
     WaitState,
@@ -53,32 +53,38 @@ def task_create(
     instance: WorkflowInstance,
     activation: Activation,
     spec: dict,
-    input_text: str,
     max_attempts: int,
     deadline_at: dt.datetime | None,
     latest_start_at: dt.datetime | None,
-    business_key: str,
-    concurrency_key: str,
     source_round: int | None = None,
     retry_of: Task | None = None,
+    now: dt.datetime | None = None,
 ) -> Task | None:
-    """A QUEUED task holding a permit of the quota's application and the step's queue, or None when full.
+    """A QUEUED task of the activation holding a permit of the quota's application and the step's queue,
+    or None when full. The task is saved; nothing is written when the quota is full.
 
-    The task is saved; nothing is written when the quota is full.
+    Its handler, priority, input and keys are the step's (the spec's handler and priority, the activation's
+    input, the instance's business key, one concurrency key per step), or, for a retry, those of the task
+    it retries (``retry_of``), which are checked to be the same.
     """
     queue = quota.queues[spec["queue"]]
     if not permit_take(locks=locks, application=quota.application, queue=queue):
         return None
-    now = clock.now()
+    now = now or clock.now()
+    if retry_of is None:
+        fixed = {
+            "handler": spec["handler"],
+            "priority": spec["priority"],
+            "input": activation.input,
+            "business_key": instance.business_key,
+            "concurrency_key": f"{instance.id}/{spec['key']}",
+        }
+    else:
+        fixed = {name: getattr(retry_of, name) for name in Task.FIXED_FIELDS}
     return Task.objects.create(
         namespace_id=instance.namespace_id,
         application=quota.application,
         queue=queue,
-        handler=spec["handler"],
-        priority=spec["priority"],
-        input=input_text,
-        business_key=business_key,
-        concurrency_key=concurrency_key,
         max_attempts=max_attempts,
         deadline_at=deadline_at,
         latest_start_at=latest_start_at,
@@ -89,6 +95,7 @@ def task_create(
         permit_held=True,
         created_at=now,
         updated_at=now,
+        **fixed,
     )
 
 
@@ -102,16 +109,18 @@ def poll_round_start(
     max_attempts: int | None = None,
     deadline_at: dt.datetime | None = None,
     retry_of: Task | None = None,
+    round_number: int | None = None,
+    now: dt.datetime | None = None,
 ) -> Task | None:
     """Open business round ``used_rounds + 1`` of a POLL activation: its query task and PollRound row.
 
     By default the round's task gets max_attempts = the frozen attempts_per_round and a deadline
     of now + round_deadline_seconds capped by the total query deadline; a recovery re-running
-    the same round passes the remaining attempts, the round's original deadline and the task it
-    retries. None (nothing written) when the quota is full. The caller saves the activation.
+    a round passes its number, the remaining attempts, the round's original deadline and the task
+    it retries. None (nothing written) when the quota is full. The caller saves the activation.
     """
-    now = clock.now()
-    round_number = (activation.used_rounds or 0) + 1
+    now = now or clock.now()
+    round_number = round_number or (activation.used_rounds or 0) + 1
     round_deadline = deadline_at or min(
         now + dt.timedelta(seconds=spec["round_deadline_seconds"]), activation.poll_deadline_at
     )
@@ -121,14 +130,12 @@ def poll_round_start(
         instance=instance,
         activation=activation,
         spec=spec,
-        input_text=activation.input,
-        max_attempts=max_attempts or activation.attempts_per_round,
+        max_attempts=max_attempts or attempt_budget(spec=spec, activation=activation),
         deadline_at=round_deadline,
         latest_start_at=None,
-        business_key=instance.business_key,
-        concurrency_key=f"{instance.id}/{spec['key']}",
         source_round=round_number,
         retry_of=retry_of,
+        now=now,
     )
     if task is None:
         return None
@@ -196,12 +203,9 @@ def step_activate(*, locks: LockSet, quota: Quota, instance: WorkflowInstance, s
             instance=instance,
             activation=activation,
             spec=spec,
-            input_text=instance.input,
-            max_attempts=spec["max_attempts"],
+            max_attempts=attempt_budget(spec=spec, activation=activation),
             deadline_at=activation.deadline_at,
             latest_start_at=activation.latest_start_at,
-            business_key=instance.business_key,
-            concurrency_key=f"{instance.id}/{step.key}",
         )
         if task is None:
             return False
@@ -254,11 +258,11 @@ def wait_supersede(
     activation: Activation,
     wait: Wait,
     now: dt.datetime,
-    carried: dict[str, object] | None = None,
 ) -> tuple[Activation, Wait]:
     """Activation sequence+1 WAITING on wait generation+1 with the same contract, correlation key, deadline and
     fire_at (a deadline is never extended); the old activation and wait become SUPERSEDED, the old wait keeping
-    its winner, and the step WAITING on the new activation. ``carried``: the POLL fields the new activation keeps.
+    its winner, and the step WAITING on the new activation, which keeps the POLL fields and classification
+    (a POLL step's final signal).
 
     Step, activation and wait must be locked; the caller bumps the instance.
     """
@@ -275,7 +279,8 @@ def wait_supersede(
         wait_id=wait_id,
         created_at=now,
         updated_at=now,
-        **(carried or {}),
+        last_round_classification=activation.last_round_classification,
+        **_poll_fields(activation),
     )
     new_wait = Wait.objects.create(
         id=wait_id,
@@ -299,6 +304,19 @@ def wait_supersede(
     return following, new_wait
 
 
+# The ends a re-run leaves on the old activation; any other state becomes SUPERSEDED.
+_ENDS_KEPT = (ActivationState.FAILED, ActivationState.CANCELLED)
+
+
+def activation_superseded_state(activation: Activation) -> str:
+    """The state a re-run leaves the old activation in (``activation_retry``), for previews to show."""
+    return activation.state if activation.state in _ENDS_KEPT else ActivationState.SUPERSEDED
+
+
+def _poll_fields(activation: Activation) -> dict[str, object]:
+    return {name: getattr(activation, name) for name in Activation.POLL_FIELDS}
+
+
 def activation_retry(
     *,
     locks: LockSet,
@@ -306,6 +324,7 @@ def activation_retry(
     queue: Queue,
     instance: WorkflowInstance,
     step: Step,
+    spec: dict,
     current: Activation,
     first: Activation,
     previous: Task,
@@ -324,64 +343,31 @@ def activation_retry(
     SUPERSEDED unless it ended FAILED or CANCELLED; the step is ACTIVE on the new one. The task takes a
     permit of ``application`` and ``queue`` (locked): None, with nothing written, when either is full.
     """
-    if not permit_take(locks=locks, application=application, queue=queue):
-        return None
-    activation_id, task_id = new_id(), new_id()
-    is_poll = step.kind == StepKind.POLL
-    poll = {}
-    if is_poll:
-        poll = {
-            "first_round": business_round,
-            "first_round_attempts_used": attempts_used,
-            "used_rounds": current.used_rounds,
-            "max_rounds": current.max_rounds,
-            "attempts_per_round": current.attempts_per_round,
-            "interval_seconds": current.interval_seconds,
-            "poll_deadline_at": current.poll_deadline_at,
-            "round_deadline_at": original.deadline_at,
-            "last_task_id": task_id,
-        }
-    activation = Activation.objects.create(
-        id=activation_id,
+    quota = Quota(application=application, queues={spec["queue"]: queue})
+    activation = Activation(
         step=step,
         instance=instance,
         sequence=current.sequence + 1,
-        state=ActivationState.ACTIVE,
-        task_id=None if is_poll else task_id,
         input=first.input,
         deadline_at=first.deadline_at,
         latest_start_at=first.latest_start_at,
         created_at=now,
         updated_at=now,
-        **poll,
     )
-    task = Task.objects.create(
-        id=task_id,
-        namespace_id=previous.namespace_id,
-        application_id=previous.application_id,
-        queue_id=previous.queue_id,
-        handler=previous.handler,
-        priority=previous.priority,
-        input=previous.input,
-        business_key=previous.business_key,
-        concurrency_key=previous.concurrency_key,
-        state=TaskState.QUEUED,
-        max_attempts=max_attempts,
-        deadline_at=original.deadline_at,
-        latest_start_at=original.latest_start_at,
-        retry_of=previous,
-        source_instance=instance,
-        source_activation=activation,
-        source_round=business_round,
-        permit_held=True,
-        created_at=now,
-        updated_at=now,
-    )
-    if is_poll:
-        PollRound.objects.create(
-            activation=activation, instance=instance, round=business_round, task=task, created_at=now
-        )
-    if current.state not in (ActivationState.FAILED, ActivationState.CANCELLED):
+    retry = {"locks": locks, "quota": quota, "instance": instance, "activation": activation, "spec": spec}
+    retry |= {"max_attempts": max_attempts, "deadline_at": original.deadline_at, "retry_of": previous, "now": now}
+    if step.kind == StepKind.POLL:
+        for name, value in _poll_fields(current).items():
+            setattr(activation, name, value)
+        activation.first_round, activation.first_round_attempts_used = business_round, attempts_used
+        task = poll_round_start(**retry, round_number=business_round)
+    else:
+        task = task_create(**retry, latest_start_at=original.latest_start_at)
+        activation.task = task
+    if task is None:
+        return None
+    activation.save()
+    if current.state not in _ENDS_KEPT:
         touch(current, now, state=ActivationState.SUPERSEDED)
     touch(step, now, state=StepState.ACTIVE, current_activation=activation)
     return activation, task

@@ -36,6 +36,7 @@ from history.models import (
     WorkflowDefinition,
     WorkflowInstance,
 )
+from history.ownership import task_named_back
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,12 @@ def _ownership() -> Iterator[Violation]:
         yield from _task_ownership(batch, queue_names)
 
 
+_NOT_NAMED = {
+    StepKind.TASK: ("task_activation", "TASK activation does not name this task"),
+    StepKind.POLL: ("task_poll_round", "query task has no poll round under its activation"),
+}
+
+
 def _task_ownership(batch: list[tuple], queue_names: dict) -> Iterator[Violation]:
     instances = _by_id(WorkflowInstance, (row[3] for row in batch), "namespace_id", "definition_id")
     activations = _by_id(Activation, (row[4] for row in batch), "step_id", "instance_id", "task_id")
@@ -122,10 +129,12 @@ def _task_ownership(batch: list[tuple], queue_names: dict) -> Iterator[Violation
         spec = definition.step_spec(key) if definition else None
         if spec is None or queue_names.get(queue_id) != spec.get("queue"):
             yield Violation("task_queue", "task is not on its step's fixed queue", (task_id, queue_id or ""))
-        if kind == StepKind.TASK and activation[2] != task_id:
-            yield Violation("task_activation", "TASK activation does not name this task", (task_id, activation_id))
-        if kind == StepKind.POLL and (activation_id, task_id, source_round) not in rounds:
-            yield Violation("task_poll_round", "query task has no poll round under its activation", (task_id,))
+        named = (activation_id, task_id, source_round) in rounds
+        if kind in _NOT_NAMED and not task_named_back(
+            kind=kind, activation_task_id=activation[2], task_id=task_id, round_names_task=named
+        ):
+            code, message = _NOT_NAMED[kind]
+            yield Violation(code, message, (task_id, activation_id) if kind == StepKind.TASK else (task_id,))
 
 
 def _gaps(model, owner: str, number: str) -> Iterator[str]:

@@ -41,6 +41,7 @@ from history.models import (
     WorkflowDefinition,
     WorkflowInstance,
 )
+from history.ownership import round_naming, task_named_back
 
 
 class Corruption(Exception):
@@ -80,11 +81,11 @@ def _result_sources(record: InboxRecord, instance: WorkflowInstance, definition:
     queue = Queue.objects.filter(pk=task.queue_id).first()
     if queue is None or queue.namespace_id != instance.namespace_id or queue.name != spec["queue"]:
         raise Corruption(f"task {task.id} is not on the fixed queue {spec['queue']} of step {step.key}")
-    if spec["kind"] == StepKind.TASK:
-        owned = activation.task_id == task.id
-    else:
-        owned = PollRound.objects.filter(activation=activation, task=task, round=task.source_round).exists()
-    if not owned:
+    naming = round_naming(activation_id=activation.id, task_id=task.id, source_round=task.source_round)
+    rounds = spec["kind"] == StepKind.POLL and PollRound.objects.filter(naming).exists()
+    if not task_named_back(
+        kind=spec["kind"], activation_task_id=activation.task_id, task_id=task.id, round_names_task=rounds
+    ):
         raise Corruption(f"activation {activation.id} does not own task {task.id}")
     return event, task, activation, step, spec
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, Q
 
+from engine.budget import attempts_left
 from engine.commands import command_object, id_argument
 from engine.quota import permit_release, quota_lock_for_task
 from engine.results import late_result_record, result_event_publish
@@ -247,11 +248,7 @@ def task_complete(*, identity: Identity, task_id: str, command: Any) -> Completi
         attempt.finished_at = now
         attempt.result = result
         attempt.save()
-        requeue = (
-            retryable
-            and locked.attempt_count < locked.max_attempts
-            and (locked.deadline_at is None or locked.deadline_at > now)
-        )
+        requeue = retryable and attempts_left(locked) > 0 and (locked.deadline_at is None or locked.deadline_at > now)
         if requeue:
             locked.state = TaskState.QUEUED
         else:

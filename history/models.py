@@ -301,6 +301,18 @@ class Activation(models.Model):
     last_round_classification = models.CharField(max_length=16, blank=True)
     wait = _ref("Wait", null=True, db_index=False)
 
+    # Every activation of a POLL step has these set; a re-run of the step and a new wait generation keep them.
+    POLL_FIELDS = (
+        "first_round",
+        "first_round_attempts_used",
+        "used_rounds",
+        "max_rounds",
+        "attempts_per_round",
+        "interval_seconds",
+        "poll_deadline_at",
+        "round_deadline_at",
+    )
+
     class Meta:
         constraints = [models.UniqueConstraint(fields=["step", "sequence"], name="activation_step_sequence")]
         indexes = [models.Index(fields=["state", "next_round_at"], name="activation_state_next_round")]
@@ -351,6 +363,9 @@ class Task(models.Model):
     execution_settled = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=clock.now)
     updated_at = models.DateTimeField(default=clock.now)
+
+    # What a retry keeps of the task it retries, besides the application and queue it is charged to.
+    FIXED_FIELDS = ("handler", "priority", "input", "business_key", "concurrency_key")
 
     class Meta:
         indexes = [

@@ -29,6 +29,7 @@ from history.models import (
     Wait,
     WorkflowInstance,
 )
+from history.ownership import tasks_owned_by_step
 from recovery.context import Context, activation_of_step, step_by_key
 
 # A task that ended without an answer: its step may be retried.
@@ -186,20 +187,6 @@ def _verify_waits(ctx: Context, step: Step) -> None:
         raise Unavailable(f"wait {wait_id} and its activation do not reference each other")
 
 
-def _owned(instance: WorkflowInstance, step: Step) -> Q:
-    """A task sourced by an activation of the step, in its instance and namespace, that the source names back:
-    a TASK activation by its task_id, a POLL activation by a poll round of the task's source round."""
-    owned = Q(source_activation__step_id=step.id, source_instance_id=instance.id, namespace_id=instance.namespace_id)
-    if step.kind == StepKind.TASK:
-        return owned & Q(source_activation__task_id=F("pk"))
-    named = PollRound.objects.filter(activation_id=OuterRef("source_activation_id"), task_id=OuterRef("pk"))
-    if step.kind == StepKind.POLL:
-        return owned & (
-            Exists(named.filter(round=OuterRef("source_round"))) | Q(source_round__isnull=True) & ~Exists(named)
-        )
-    return owned & Q(source_round__isnull=True)
-
-
 def _placed(instance: WorkflowInstance, spec: dict) -> tuple[Exists, Exists]:
     """A task on the step's fixed queue; a task of an application of the instance's namespace."""
     queue = Queue.objects.filter(pk=OuterRef("queue_id"), namespace_id=instance.namespace_id)
@@ -245,7 +232,7 @@ def _verify_tasks(ctx: Context, step: Step, spec: dict) -> dict:
     Counts prove a sound history; only a doubtful one is searched for its first broken task. Returns the
     counts of ``_task_counts``."""
     instance = ctx.instance
-    owned = _owned(instance, step)
+    owned = tasks_owned_by_step(instance=instance, step=step)
     on_queue, of_namespace = _placed(instance, spec)
     counts = _task_counts(step, owned, on_queue & of_namespace)
     if _tasks_sound(step, counts):

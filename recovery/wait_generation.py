@@ -55,13 +55,11 @@ def wait_rearmable(ctx: Context, history: StepHistory) -> Wait:
     return wait
 
 
-def wait_generation_next(ctx: Context, *, history: StepHistory, wait: Wait, **carried) -> Effect:
+def wait_generation_next(ctx: Context, *, history: StepHistory, wait: Wait) -> Effect:
     """The engine's next wait generation for the step, with the before and after of each row it changed."""
     step, current = history.step, history.current
     before = {"step": step_snapshot(step), "activation": activation_snapshot(current), "wait": wait_snapshot(wait)}
-    activation, new_wait = wait_supersede(
-        instance=ctx.instance, step=step, activation=current, wait=wait, now=ctx.now, carried=carried
-    )
+    activation, new_wait = wait_supersede(instance=ctx.instance, step=step, activation=current, wait=wait, now=ctx.now)
     after = {
         "step": step_snapshot(step),
         "activation": activation_snapshot(current),

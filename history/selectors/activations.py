@@ -16,6 +16,7 @@ from history.models import (
     WaitKind,
     WorkflowInstance,
 )
+from history.ownership import task_points_back
 from history.selectors.access import (
     activation_get_under_step,
     fixed_queue,
@@ -36,16 +37,6 @@ _WAIT_KIND = {
     StepKind.TIMER: WaitKind.TIMER,
     StepKind.POLL: WaitKind.POLL_FINAL_SIGNAL,
 }
-_POLL_REQUIRED = (
-    "first_round",
-    "first_round_attempts_used",
-    "used_rounds",
-    "max_rounds",
-    "attempts_per_round",
-    "interval_seconds",
-    "poll_deadline_at",
-    "round_deadline_at",
-)
 
 
 @dataclass(frozen=True)
@@ -107,7 +98,7 @@ def activation_get(*, identity: Identity, instance_id: str, step_key: str, activ
 
 
 def _poll_section(activation: Activation) -> Activation:
-    missing = [name for name in _POLL_REQUIRED if getattr(activation, name) is None]
+    missing = [name for name in Activation.POLL_FIELDS if getattr(activation, name) is None]
     if missing:
         raise Unavailable(f"POLL activation {activation.id} lacks its frozen budget: {', '.join(missing)}")
     return activation
@@ -165,9 +156,7 @@ def poll_round_list(
         if (
             poll_round.instance_id != instance.id
             or task is None
-            or task.namespace_id != instance.namespace_id
-            or task.source_instance_id != instance.id
-            or task.source_activation_id != activation.id
+            or not task_points_back(instance=instance, activation=activation, task=task)
             or task.source_round != poll_round.round
             or task.queue_id != queue_id
         ):

@@ -10,6 +10,7 @@ from history.errors import NotFound, Unavailable
 from history.identity import Identity
 from history.ids import ROOT_STEP_KEY
 from history.models import Activation, Attempt, PollRound, ResultEvent, Step, StepKind, Task, WorkflowInstance
+from history.ownership import round_naming, task_named_back
 from history.selectors.access import fixed_queue_id, instance_get_readable
 from history.selectors.steps import CurrentStep, step_views
 
@@ -72,7 +73,9 @@ def task_get(*, identity: Identity, instance_id: str, task_id: str) -> TaskDetai
     if task is None:
         raise NotFound("task not found under this workflow")
     # The source activation with its step, and (POLL) whether one of its rounds names this task back.
-    round_names_task = PollRound.objects.filter(activation_id=OuterRef("pk"), task_id=task.id, round=task.source_round)
+    round_names_task = PollRound.objects.filter(
+        round_naming(activation_id=OuterRef("pk"), task_id=task.id, source_round=task.source_round)
+    )
     activation = (
         Activation.objects.select_related("step")
         .annotate(round_names_task=Exists(round_names_task))
@@ -88,8 +91,12 @@ def task_get(*, identity: Identity, instance_id: str, task_id: str) -> TaskDetai
         or step.kind not in (StepKind.TASK, StepKind.POLL)
     ):
         raise Unavailable(f"task {task.id} has no source activation of a TASK or POLL step of this workflow")
-    owned = activation.task_id == task.id if step.kind == StepKind.TASK else activation.round_names_task
-    if not owned:
+    if not task_named_back(
+        kind=step.kind,
+        activation_task_id=activation.task_id,
+        task_id=task.id,
+        round_names_task=activation.round_names_task,
+    ):
         raise Unavailable(f"activation {activation.id} does not name task {task.id} back")
     if task.queue_id != fixed_queue_id(instance=instance, step=step):
         raise Unavailable(f"task {task.id} is not on the fixed queue of step {step.key!r}")

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from history.errors import Unavailable
 from history.models import Activation, Step, StepKind, Task, WorkflowInstance
+from history.ownership import task_points_back
 
 
 @dataclass(frozen=True)
@@ -69,9 +70,5 @@ def step_views(
 
 def check_task_source(*, instance: WorkflowInstance, activation: Activation, task: Task) -> None:
     """A task read through an activation must name that activation, instance and namespace back."""
-    if (
-        task.namespace_id != instance.namespace_id
-        or task.source_instance_id != instance.id
-        or task.source_activation_id != activation.id
-    ):
+    if not task_points_back(instance=instance, activation=activation, task=task):
         raise Unavailable(f"task {task.id} does not point back to activation {activation.id} of this workflow")

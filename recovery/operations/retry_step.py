@@ -11,10 +11,11 @@ charged to the original task's application and queue, and waits behind the close
 
 from dataclasses import dataclass
 
-from django.db.models import BooleanField, Case, Count, Exists, F, Max, OuterRef, Q, QuerySet, Subquery, When
+from django.db.models import BooleanField, Case, Count, F, Max, OuterRef, Q, QuerySet, Subquery, When
 from django.db.models.functions import Coalesce
 
-from engine.activation import activation_retry
+from engine.activation import activation_retry, activation_superseded_state
+from engine.budget import Budget, attempt_budget, link_max_attempts, predecessor_left_exactly
 from history.audits import activation_snapshot, step_snapshot, task_snapshot
 from history.errors import FailedPrecondition, Unavailable
 from history.identity import Identity
@@ -76,7 +77,7 @@ class RetryPlan(Plan):
             "step": {"state": change(step.state, StepState.ACTIVE)},
             "activation": {
                 "id": current.id,
-                "state": change(current.state, _old_activation_state(current)),
+                "state": change(current.state, activation_superseded_state(current)),
             },
             "new_activation": {"sequence": current.sequence + 1, "state": ActivationState.ACTIVE},
             "new_task": {"retry_of": self.previous.id, "state": TaskState.QUEUED, "max_attempts": self.remaining},
@@ -91,13 +92,7 @@ class RetryPlan(Plan):
         return preview
 
 
-def _old_activation_state(activation: Activation) -> str:
-    if activation.state in (ActivationState.FAILED, ActivationState.CANCELLED):
-        return activation.state
-    return ActivationState.SUPERSEDED
-
-
-FIXED_TASK_FIELDS = ("handler", "queue_id", "application_id", "priority", "input", "business_key", "concurrency_key")
+FIXED_TASK_FIELDS = (*Task.FIXED_FIELDS, "queue_id", "application_id")
 TEXT_TASK_FIELDS = ("handler", "input", "business_key", "concurrency_key")
 
 
@@ -124,7 +119,7 @@ def _link_problem(task: Task, rows: int, previous: Task | None, first: Task, bud
         return f"task {task.id} does not retry its predecessor {previous.id}"
     if any(getattr(task, name) != getattr(first, name) for name in FIXED_TASK_FIELDS):
         return f"task {task.id} differs from the step's fixed handler, queue, priority or input"
-    left = budget if previous is None else previous.max_attempts - previous.attempt_count
+    left = link_max_attempts(budget=budget, previous=previous)
     if task.max_attempts != left:
         return f"task {task.id} has max_attempts {task.max_attempts}, not the {left} left"
     return None
@@ -139,7 +134,7 @@ def _handler_check(history: StepHistory, first: Task) -> None:
 def _task_chain(ctx: Context, history: StepHistory) -> Chain:
     """A TASK step's chain is every task of the step in activation order, checked in SQL, never loaded."""
     step, tasks = history.step, history.tasks
-    chain = Chain(business_round=None, budget=history.spec.get("max_attempts", 1))
+    chain = Chain(business_round=None, budget=attempt_budget(spec=history.spec, activation=history.current))
     n = history.activation_count
     if not history.task_count == history.task_sources == n:
         raise Unavailable(f"the activations and tasks of step {step.key!r} do not pair up")
@@ -173,9 +168,8 @@ def _broken_links(tasks: QuerySet[Task], step: Step, chain: Chain) -> QuerySet[T
         pk=OuterRef("retry_of_id"),
         source_activation__step_id=step.id,
         source_activation__sequence=OuterRef("sequence") - 1,
-        max_attempts=OuterRef("max_attempts") + F("attempt_count"),
     )
-    budget = Q(sequence=1, max_attempts=chain.budget) | Q(sequence__gt=1) & Exists(linked)
+    budget = Q(sequence=1, max_attempts=chain.budget) | Q(sequence__gt=1) & predecessor_left_exactly(linked)
     sound = Case(
         When(Q(rows=F("attempt_count")) & same & budget, then=True), default=False, output_field=BooleanField()
     )
@@ -185,7 +179,7 @@ def _broken_links(tasks: QuerySet[Task], step: Step, chain: Chain) -> QuerySet[T
 def _round_chain(ctx: Context, history: StepHistory) -> Chain:
     """A POLL step's chain is the few query tasks of one business round: loaded and checked in order."""
     current = history.current
-    chain = Chain(business_round=None, budget=(current.attempts_per_round if current else None) or 1)
+    chain = Chain(business_round=None, budget=attempt_budget(spec=history.spec, activation=current))
     if current is not None:
         chain.business_round = history.rounds.filter(activation_id=current.id).aggregate(n=Max("round"))["n"]
     if not chain.business_round:
@@ -260,26 +254,23 @@ class RetryStep(Operation):
             )
         if chain.answered is not None:
             raise FailedPrecondition(f"task {chain.answered.id} is {chain.answered.state}: resolve the step instead")
-        used, budget = chain.attempts_used, chain.budget
-        if budget - used <= 0:
-            raise FailedPrecondition(f"the attempt budget is spent: {used} of {budget} attempts used")
-        if chain.activations >= budget:
-            raise FailedPrecondition(f"{chain.activations} of at most {budget} activations already ran")
+        budget = Budget(total=chain.budget, used=chain.attempts_used, activations=chain.activations)
+        problem = budget.refusal()
+        if problem:
+            raise FailedPrecondition(problem)
         return RetryPlan(
             history=history,
             previous=chain.previous,
             original=chain.original,
             business_round=chain.business_round,
-            attempts_used=used,
-            remaining=budget - used,
+            attempts_used=budget.used,
+            remaining=budget.remaining,
             quota=quota_take(ctx, chain.previous),
         )
 
     def apply(self, ctx: Context, command: RetryStepCommand, plan, *, operation_id: str) -> Effect:
         if isinstance(plan, RearmPlan):
-            current = plan.history.current
-            kept = {name: getattr(current, name) for name in FINAL_SIGNAL_KEPT}
-            return wait_generation_next(ctx, history=plan.history, wait=plan.wait, **kept)
+            return wait_generation_next(ctx, history=plan.history, wait=plan.wait)
         history, previous = plan.history, plan.previous
         step, current = history.step, history.current
         before = {"step": step_snapshot(step), "activation": activation_snapshot(current)}
@@ -290,6 +281,7 @@ class RetryStep(Operation):
             queue=queue,
             instance=ctx.instance,
             step=step,
+            spec=history.spec,
             current=current,
             first=history.first,
             previous=previous,
@@ -309,19 +301,6 @@ class RetryStep(Operation):
             "new_task": task_snapshot(task) | {"retry_of": previous.id},
         }
         return Effect(before=before, after=after, step_key=step.key, activation=activation, task_id=task.id)
-
-
-FINAL_SIGNAL_KEPT = (
-    "first_round",
-    "first_round_attempts_used",
-    "used_rounds",
-    "max_rounds",
-    "attempts_per_round",
-    "interval_seconds",
-    "poll_deadline_at",
-    "round_deadline_at",
-    "last_round_classification",
-)
 
 
 def _final_signal_plan(ctx: Context, history: StepHistory) -> RearmPlan:

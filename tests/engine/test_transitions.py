@@ -5,8 +5,9 @@ import datetime as dt
 import pytest
 from django.db import transaction
 
-from engine.activation import activation_retry, wait_supersede
+from engine.activation import activation_retry, activation_superseded_state, wait_supersede
 from engine.advance import continuation_create
+from engine.budget import Budget, attempt_budget, attempts_left, link_max_attempts
 from engine.state import instance_control_touch, instance_review_lift, touch
 from engine.worker import task_settle_reviewed
 from history import clock
@@ -31,6 +32,7 @@ from history.models import (
 )
 from tests.engine.conftest import task_step
 from tests.engine.states import SIGNAL
+from tests.engine.test_poll import poll_step
 
 
 def _failed_task_step(engine, max_attempts=3):
@@ -123,11 +125,11 @@ def test_a_wait_is_superseded_by_its_next_generation_with_the_same_contract_and_
     assert (step.state, step.current_activation_id) == (StepState.WAITING, activation.id)
 
 
-def _retry(engine, instance, step, remaining):
+def _retry(engine, instance, step, remaining, queue="payments", business_round=None):
     locks = LockSet()
     previous = Task.objects.get(source_activation_id=step.current_activation_id)
     application = locks.lock_one(Level.APPLICATION, previous.application_id)
-    queue = locks.lock_queues(instance.namespace_id, ["payments"])["payments"]
+    queue = locks.lock_queues(instance.namespace_id, [queue])[queue]
     locks.lock_one(Level.INSTANCE, instance.pk)
     step = locks.lock_one(Level.STEP, step.pk)
     current = locks.lock_one(Level.ACTIVATION, step.current_activation_id)
@@ -137,12 +139,13 @@ def _retry(engine, instance, step, remaining):
         queue=queue,
         instance=instance,
         step=step,
+        spec=instance.definition.step_spec(step.key),
         current=current,
         first=current,
         previous=previous,
         original=previous,
         max_attempts=remaining,
-        business_round=None,
+        business_round=business_round,
         attempts_used=previous.attempt_count,
         now=clock.now(),
     )
@@ -209,3 +212,61 @@ def test_a_task_holding_a_permit_is_not_settled_without_its_quota_rows(engine, q
     with pytest.raises(AssertionError), transaction.atomic():
         task_settle_reviewed(locks=LockSet(), task=task, conclusion="FAILED", result="{}", now=clock.now())
     assert Task.objects.get(pk=task.pk).state == TaskState.NEEDS_REVIEW and quota_rows()[0].active_tasks == 1
+
+
+def test_a_chain_gives_its_first_task_the_budget_and_each_retry_what_its_predecessor_left():
+    first = Task(max_attempts=3, attempt_count=1)
+    assert link_max_attempts(budget=3, previous=None) == 3
+    assert attempts_left(first) == 2 == link_max_attempts(budget=3, previous=first)
+    assert attempt_budget(spec={"kind": "TASK", "max_attempts": 4}, activation=None) == 4
+    assert attempt_budget(spec={"kind": "POLL"}, activation=Activation(attempts_per_round=2)) == 2
+    assert Budget(total=3, used=1, activations=1).refusal() is None
+    assert Budget(total=3, used=1, activations=1).remaining == 2
+    assert Budget(total=3, used=3, activations=2).refusal() == "the attempt budget is spent: 3 of 3 attempts used"
+    assert Budget(total=3, used=2, activations=3).refusal() == "3 of at most 3 activations already ran"
+
+
+def test_a_retried_activation_keeps_a_failed_or_cancelled_end_and_is_otherwise_superseded():
+    for state, left in (
+        (ActivationState.FAILED, ActivationState.FAILED),
+        (ActivationState.CANCELLED, ActivationState.CANCELLED),
+        (ActivationState.NEEDS_REVIEW, ActivationState.SUPERSEDED),
+    ):
+        assert activation_superseded_state(Activation(state=state)) == left
+
+
+def test_a_retry_keeps_the_budget_left_and_the_previous_tasks_fixed_fields(engine, quota_rows):
+    instance, step = _failed_task_step(engine, max_attempts=3)
+    previous = Task.objects.get(source_activation_id=step.current_activation_id)
+    with transaction.atomic():
+        _, task = _retry(engine, instance, step, remaining=link_max_attempts(budget=3, previous=previous))
+    task = Task.objects.get(pk=task.pk)
+    assert task.max_attempts == 3 - previous.attempt_count == attempts_left(task) + task.attempt_count
+    assert [getattr(task, name) for name in Task.FIXED_FIELDS] == [
+        getattr(previous, name) for name in Task.FIXED_FIELDS
+    ]
+
+
+def test_a_poll_retry_requeries_the_same_round_keeping_the_frozen_limits(engine, quota_rows):
+    instance = engine.start(engine.define([poll_step(handler="demo.fail")]))
+    engine.settle()
+    engine.work("polls")
+    engine.settle()
+    step = Step.objects.get(instance=instance, key="settle")
+    previous = Task.objects.get(source_activation_id=step.current_activation_id)
+    current = Activation.objects.get(pk=step.current_activation_id)
+    with transaction.atomic():
+        activation, task = _retry(engine, instance, step, remaining=1, queue="polls", business_round=1)
+    activation, current = Activation.objects.get(pk=activation.pk), Activation.objects.get(pk=current.pk)
+    # The round's own fields (its number, attempts used and deadline) are the retried round's, not the activation's.
+    round_fields = ("first_round", "first_round_attempts_used", "round_deadline_at")
+    kept = [name for name in Activation.POLL_FIELDS if name not in round_fields]
+    assert [getattr(activation, name) for name in kept] == [getattr(current, name) for name in kept]
+    assert (activation.first_round, activation.first_round_attempts_used) == (1, previous.attempt_count)
+    assert (activation.round_deadline_at, activation.last_task_id, activation.task_id) == (
+        previous.deadline_at,
+        task.id,
+        None,
+    )
+    assert PollRound.objects.get(activation=activation).task_id == task.id
+    assert (task.source_round, task.retry_of_id, task.deadline_at) == (1, previous.id, previous.deadline_at)
