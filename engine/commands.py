@@ -1,12 +1,12 @@
-"""What the engine's command services share beyond ``history.fields`` and ``history.idempotency``."""
+"""What the engine's command services share beyond ``core.fields`` and ``history.idempotency``."""
 
 import re
 from typing import Any
 
-from history import fields, limits
-from history.errors import NotFound
-from history.fields import command_object, is_text  # noqa: F401 - the names the engine's modules import
-from history.identity import Identity
+from core import fields, limits
+from core.errors import NotFound
+from core.fields import command_object, is_text  # noqa: F401 - the names the engine's modules import
+from core.identity import Identity
 from history.models import WorkflowDefinition, WorkflowInstance
 
 # The Idempotency-Key syntax as the OpenAPI document states it (history.idempotency.key_check decides).

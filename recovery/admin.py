@@ -13,16 +13,16 @@ from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
+from console.admin import WorkflowInstanceAdmin
+from console.forms import DECLARATIONS, OPERATION_FORMS, form_command, fresh_key, hidden_copy, recovery_form_class
+from core.errors import Aborted, WeaveError
+from core.fields import json_form_value
+from core.identity import identity_of_user
 from engine.instances import instance_cancel, instance_pause, instance_resume
 from engine.signals import signal_accept
-from history.admin import WorkflowInstanceAdmin
-from history.errors import Aborted, WeaveError
-from history.fields import json_form_value
-from history.identity import identity_of_user
 from history.models import Step, Task, WorkflowInstance
 from history.selectors.instances import task_attempts
 from recovery.eligibility import instance_eligibility, operation_preview
-from recovery.forms import DECLARATIONS, OPERATION_FORMS, form_command, fresh_key, hidden_copy, recovery_form_class
 from recovery.operations import SERVICES
 
 PERMISSIONS = {

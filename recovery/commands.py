@@ -1,7 +1,7 @@
 """The six recovery commands as validated, immutable values.
 
-A command is a flat JSON object (``history.exactjson.loads`` output). Every field is checked
-here, by the rules of ``history.fields`` the engine's commands share, before anything is read
+A command is a flat JSON object (``core.exactjson.loads`` output). Every field is checked
+here, by the rules of ``core.fields`` the engine's commands share, before anything is read
 from the database; each violation is INVALID_ARGUMENT naming the field.
 """
 
@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from history import fields as field_rules
-from history.errors import InvalidArgument
+from core import fields as field_rules
+from core.errors import InvalidArgument
 
 CONCLUSIONS = ("SUCCEEDED", "FAILED")
 

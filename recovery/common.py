@@ -22,13 +22,15 @@ from django.db import connection
 from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, Collate
 
+from core import clock
+from core.errors import Aborted, FailedPrecondition, NotFound, ResourceExhausted, Unauthenticated, Unavailable
+from core.identity import Identity
+from core.ids import new_id
+from core.times import format_optional_time
 from engine.state import instance_control_touch
-from history import clock, idempotency
+from history import idempotency
 from history.audits import audit_write
-from history.errors import Aborted, FailedPrecondition, NotFound, ResourceExhausted, Unauthenticated, Unavailable
 from history.idempotency import KeyRaced, Receipt, receipt_claim, receipt_freeze, receipt_replay
-from history.identity import Identity
-from history.ids import new_id
 from history.locking import Level, LockSet, atomic_with_retry
 from history.models import (
     TERMINAL_TASK_STATES,
@@ -54,7 +56,6 @@ from history.models import (
     WorkflowInstance,
     WorkflowOperation,
 )
-from history.times import format_optional_time
 from recovery.commands import Command, instance_id_check
 
 _PLAIN_MODELS = {

@@ -2,9 +2,9 @@
 
 from django.db.models import Exists, OuterRef, QuerySet, Subquery
 
-from history.errors import NotFound, Unavailable
-from history.identity import Identity
-from history.ids import ROOT_STEP_KEY
+from core.errors import NotFound, Unavailable
+from core.identity import Identity
+from core.ids import ROOT_STEP_KEY
 from history.models import Activation, Gate, Namespace, Queue, Step, WorkflowDefinition, WorkflowInstance
 
 _DEFINITION_BROKEN = "the workflow's definition is missing or belongs to another namespace"

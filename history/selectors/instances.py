@@ -5,10 +5,10 @@ from dataclasses import dataclass
 
 from django.db.models import Exists, OuterRef, Subquery
 
+from core.errors import NotFound, Unavailable
+from core.identity import Identity
+from core.ids import ROOT_STEP_KEY
 from history.eligibility import eligibility_for
-from history.errors import NotFound, Unavailable
-from history.identity import Identity
-from history.ids import ROOT_STEP_KEY
 from history.models import Activation, Attempt, PollRound, ResultEvent, Step, StepKind, Task, WorkflowInstance
 from history.selectors.access import fixed_queue_id, instance_get_readable
 from history.selectors.steps import CurrentStep, step_views

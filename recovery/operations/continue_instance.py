@@ -9,11 +9,11 @@ deadline → refused; else RUNNING with the gate open unless paused, and a root 
 
 from dataclasses import dataclass
 
+from core.errors import FailedPrecondition
+from core.identity import Identity
 from engine.advance import continuation_create
 from engine.state import instance_review_lift
-from history.errors import FailedPrecondition
 from history.idempotency import Receipt
-from history.identity import Identity
 from history.models import (
     Attempt,
     AttemptState,

@@ -8,10 +8,11 @@ The same round is never queried again; inbox dispositions are not rewritten; rev
 import datetime as dt
 from dataclasses import dataclass
 
+from core.errors import FailedPrecondition, Unavailable
+from core.identity import Identity
+from core.times import format_optional_time
 from engine.state import touch
-from history.errors import FailedPrecondition, Unavailable
 from history.idempotency import Receipt
-from history.identity import Identity
 from history.models import (
     ActivationState,
     Disposition,
@@ -22,7 +23,6 @@ from history.models import (
     StepKind,
     StepState,
 )
-from history.times import format_optional_time
 from recovery.commands import ContinuePollCommand
 from recovery.common import (
     Context,

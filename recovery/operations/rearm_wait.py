@@ -8,12 +8,12 @@ their final-signal wait). The instance review stays.
 
 from dataclasses import dataclass
 
+from core.errors import FailedPrecondition, Unavailable
+from core.identity import Identity
+from core.times import format_optional_time
 from engine.activation import wait_supersede
-from history.errors import FailedPrecondition, Unavailable
 from history.idempotency import Receipt
-from history.identity import Identity
 from history.models import ActivationState, StepKind, StepState, Wait, WaitState
-from history.times import format_optional_time
 from recovery.commands import RearmWaitCommand
 from recovery.common import (
     Context,

@@ -6,10 +6,10 @@ events, waits and poll rounds are never rewritten; the instance review and any s
 
 from dataclasses import dataclass
 
+from core.errors import FailedPrecondition, InvalidArgument
+from core.identity import Identity
 from engine.state import touch
-from history.errors import FailedPrecondition, InvalidArgument
 from history.idempotency import Receipt
-from history.identity import Identity
 from history.models import ActivationState, StepKind
 from recovery.commands import ResolveStepCommand
 from recovery.common import (

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from django.db.models import BooleanField, Case, Count, Exists, F, Max, OuterRef, Q, QuerySet, Subquery, When
 from django.db.models.functions import Coalesce
 
+from core.errors import FailedPrecondition, Unavailable
+from core.identity import Identity
+from core.times import format_optional_time
 from engine.activation import activation_retry
-from history.errors import FailedPrecondition, Unavailable
 from history.idempotency import Receipt
-from history.identity import Identity
 from history.locking import Level
 from history.models import (
     Activation,
@@ -30,7 +31,6 @@ from history.models import (
     TaskState,
     WaitKind,
 )
-from history.times import format_optional_time
 from recovery.commands import RetryStepCommand
 from recovery.common import (
     RETRYABLE_TASK_STATES,

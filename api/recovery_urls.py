@@ -1,6 +1,6 @@
 from django.urls import path
 
-from recovery.api import RecoveryView
+from api.recovery_views import RecoveryView
 from recovery.operations import SERVICES
 
 urlpatterns = [

@@ -1,8 +1,8 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerSplitView
 
-from history.api import history_views as views
-from history.api.identity_views import CredentialSelfView
+from api import history_views as views
+from api.identity_views import CredentialSelfView
 
 W = "workflows/<str:id>"
 

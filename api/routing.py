@@ -2,7 +2,7 @@
 
 from rest_framework.views import APIView
 
-from weave_site.api.permissions import Authenticated
+from api.permissions import Authenticated
 
 
 def by_method(name: str, **views: type[APIView]) -> type[APIView]:

@@ -5,7 +5,8 @@ decimal strings, times go through ``format_time``, and client JSON is embedded b
 as ``Raw`` (a NULL column is an absent output; the text ``null`` an explicit one).
 """
 
-from history.exactjson import Raw
+from core.exactjson import Raw
+from core.times import format_time
 from history.models import (
     Activation,
     Attempt,
@@ -23,7 +24,6 @@ from history.selectors.operations import WorkflowOperationPage
 from history.selectors.pagination import Page
 from history.selectors.signals import SignalPage
 from history.selectors.steps import CurrentStep
-from history.times import format_time
 
 
 def _optional(data: dict, key: str, value: object) -> None:

@@ -13,11 +13,12 @@ from django.template.response import TemplateResponse
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 
+from console.graph import step_graph_svg
+from core.identity import identity_of_user
 from history import models
-from history.console import instance_page, visible_rows
-from history.graph import step_graph_svg
-from history.identity import identity_of_user
+from history.selectors.instance_page import instance_page
 from history.selectors.instances import task_attempts
+from history.selectors.visibility import visible_rows
 
 admin.site.site_header = "Weave operations"
 admin.site.site_title = "Weave operations"
@@ -75,7 +76,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     list_per_page = 50
 
     class Media:
-        css = {"all": ["history/console.css"]}
+        css = {"all": ["console/console.css"]}
 
     def has_add_permission(self, request, obj=None):
         return False

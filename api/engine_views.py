@@ -8,20 +8,20 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from engine import openapi
+from api import openapi, schema
+from api.permissions import scope_required
+from api.request_id import request_id_of
+from core import exactjson
+from core.errors import InvalidArgument
+from core.times import format_optional_time, format_time
 from engine.commands import id_argument
 from engine.instances import instance_cancel, instance_pause, instance_resume, instance_start
 from engine.signals import signal_accept
 from engine.worker import task_claim, task_complete, task_heartbeat
-from history import exactjson, idempotency
-from history.api import schema
-from history.errors import InvalidArgument
+from history import idempotency
 from history.idempotency import Receipt
 from history.models import Scope
 from history.tenancy import is_name
-from history.times import format_optional_time, format_time
-from weave_site.api.permissions import scope_required
-from weave_site.api.request_id import request_id_of
 
 
 def _receipt_response(receipt: Receipt) -> Response:

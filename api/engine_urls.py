@@ -1,6 +1,6 @@
 from django.urls import path
 
-from engine import api
+from api import engine_views as api
 
 urlpatterns = [
     path("workflows", api.WorkflowStartView.as_view()),

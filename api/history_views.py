@@ -9,12 +9,12 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from history.api import presenters, schema
-from history.api.params import list_params, no_params, path_id, path_step_key
+from api import presenters, schema
+from api.params import list_params, no_params, path_id, path_step_key
+from api.permissions import scope_required
 from history.models import Scope
 from history.selectors import activations, instances, operations, signals
 from history.selectors.pagination import ListKind, Page, cursor_encode
-from weave_site.api.permissions import scope_required
 
 READ = scope_required(Scope.READ)
 AUDIT_READ = scope_required(Scope.AUDIT_READ)

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from django import forms
 
-from history.fields import json_form_value
-from history.ids import new_id
+from core.fields import json_form_value
+from core.ids import new_id
 
 DECLARATIONS = {
     "execution_settled": (
