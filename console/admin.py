@@ -1,28 +1,84 @@
-"""The engine's tables in the admin, read-only: state changes only through the services."""
+"""The operator console: the engine's tables read-only, the instance page, and the operator's forms.
+
+The recovery, control and signal forms and the bulk actions are per-object admin views added by
+``get_urls()``, wrapped in ``admin_view``, modelled on Django's ``UserAdmin.user_change_password``:
+they check the permission server side, render a form and, on success, message and redirect.
+Nothing here writes a table: every change goes through the recovery and engine services, which
+enforce every rule.
+"""
 
 import functools
 import json
 
-from django.contrib import admin
+from django import forms
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Q
-from django.http import Http404
+from django.http import Http404, HttpResponseRedirect
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 
+from console.forms import (
+    DECLARATIONS,
+    OPERATION_FORMS,
+    BulkForm,
+    ControlForm,
+    SignalForm,
+    form_command,
+    fresh_key,
+    hidden_copy,
+    recovery_form_class,
+)
 from console.graph import step_graph_svg
+from core.errors import Aborted, WeaveError
 from core.identity import identity_of_user
+from engine.instances import instance_cancel, instance_pause, instance_resume
+from engine.signals import signal_accept
 from history import models
 from history.selectors.instance_page import instance_page
 from history.selectors.instances import task_attempts
 from history.selectors.visibility import visible_rows
+from recovery.eligibility import instance_eligibility, operation_preview
+from recovery.operations import SERVICES
 
 admin.site.site_header = "Weave operations"
 admin.site.site_title = "Weave operations"
 admin.site.index_title = "Workflow engine"
+
+
+PERMISSIONS = {
+    "recover": "history.recover_workflowinstance",
+    "control": "history.control_workflowinstance",
+    "signal": "history.signal_workflowinstance",
+}
+CONTROLS = {"pause": instance_pause, "resume": instance_resume, "cancel": instance_cancel}
+
+
+def _attach(form: forms.Form, error: WeaveError) -> None:
+    """Show a service refusal on the field it names, or above the form."""
+    field = error.field
+    if field in form.fields and not isinstance(form.fields[field].widget, forms.HiddenInput):
+        form.add_error(field, error.message)
+    else:
+        form.add_error(None, f"{error.code}: {error.message}")
+
+
+def preview_rows(preview: dict, prefix: str = "") -> list[tuple[str, object, object, bool]]:
+    """Flatten a preview into (what, before, after, changed) rows; ``{before, after}`` pairs are changes."""
+    rows = []
+    for key, value in preview.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and set(value) == {"before", "after"}:
+            rows.append((name, value["before"], value["after"], value["before"] != value["after"]))
+        elif isinstance(value, dict):
+            rows += preview_rows(value, f"{name}.")
+        else:
+            rows.append((name, value, value, False))
+    return rows
 
 
 class CappedCountPaginator(Paginator):
@@ -150,21 +206,37 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
     )
     search_fields = ("=id", "=business_key")
     ordering = ("-updated_at",)
-    instance_template = "admin/history/workflowinstance/instance_page.html"
+    instance_template = "admin/console/instance_page.html"
+    actions = ["continue_selected", "retry_step_selected"]
 
     def instance_context(self, request, instance) -> dict:
-        """The page's data; recovery's admin adds eligibility and forms on top."""
-        with_audit = request.user.has_perm("history.audit_workflowinstance")
+        """The page's data, with the operations this user may start from it."""
+        user = request.user
+        with_audit = user.has_perm("history.audit_workflowinstance")
         page = instance_page(instance=instance, with_audit=with_audit)
         states = {view.step.key: view.step.state for view in page.steps}
-        return {
+        context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
             "title": f"Instance {instance.id}",
             "page": page,
             "graph": step_graph_svg(instance.definition.spec.get("steps", []), states),
             "with_audit": with_audit,
+            "can_control": user.has_perm(PERMISSIONS["control"]),
+            "can_signal": user.has_perm(PERMISSIONS["signal"]),
         }
+        identity = identity_of_user(user)
+        if not self.has_recover_permission(request) or identity is None:
+            return context
+        eligibility = instance_eligibility(identity=identity, instance_id=instance.id)
+        tasks = {t.id: t for view in page.steps for a in view.activations for t in a.tasks}
+        for view in page.steps:
+            view.operations = [
+                self._button(instance, view.step, name, entry, tasks)
+                for name, entry in eligibility["steps"].get(view.step.key, {}).items()
+            ]
+        context["continue_operation"] = self._button(instance, None, "continue", eligibility["continue"], tasks)
+        return context
 
     def visible_instance(self, request, object_id) -> models.WorkflowInstance:
         """The instance if this user may see it (namespace and queues), else 404."""
@@ -178,6 +250,281 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             raise PermissionDenied
         instance = self.visible_instance(request, object_id)
         return TemplateResponse(request, self.instance_template, self.instance_context(request, instance))
+
+    # ---- permissions -------------------------------------------------------------------
+
+    def has_recover_permission(self, request) -> bool:
+        return request.user.has_perm(PERMISSIONS["recover"])
+
+    def _identity(self, request, permission: str):
+        if not request.user.has_perm(PERMISSIONS[permission]):
+            raise PermissionDenied
+        identity = identity_of_user(request.user)
+        if identity is None:
+            raise PermissionDenied
+        return identity
+
+    def _instance_url(self, instance_id: str) -> str:
+        return reverse("admin:history_workflowinstance_change", args=[instance_id])
+
+    # ---- the instance page's operation links ---------------------------------------------
+
+    def _button(
+        self, instance, step: models.Step | None, name: str, entry: dict, tasks: dict[str, models.Task]
+    ) -> dict:
+        query = {"revision": instance.revision}
+        if step is not None:
+            query |= {"step": step.key, "step_revision": step.revision, "activation": step.current_activation_id or ""}
+        if entry.get("task_id"):
+            task = tasks.get(entry["task_id"])
+            query |= {"task": entry["task_id"], "task_revision": task.revision if task else ""}
+        url = reverse("admin:history_workflowinstance_recovery", args=[instance.id, name])
+        return {
+            "name": name,
+            "title": OPERATION_FORMS[name].title,
+            "possible": entry["possible"],
+            "reason": entry.get("reason", ""),
+            "url": f"{url}?{'&'.join(f'{k}={v}' for k, v in query.items())}",
+        }
+
+    def get_urls(self):
+        view = self.admin_site.admin_view
+        return [
+            path(
+                "<str:object_id>/recovery/<str:operation>/",
+                view(self.recovery_view),
+                name="history_workflowinstance_recovery",
+            ),
+            path(
+                "<str:object_id>/control/<str:action>/",
+                view(self.control_view),
+                name="history_workflowinstance_control",
+            ),
+            path("<str:object_id>/signal/", view(self.signal_view), name="history_workflowinstance_signal"),
+            *super().get_urls(),
+        ]
+
+    # ---- one recovery operation: form → preview → confirm -------------------------------
+
+    def _initial(self, request, instance, operation) -> dict:
+        """Hidden fields from the page the operator looked at (the link), else the current rows."""
+        seen = request.GET
+        initial = {"expected_revision": seen.get("revision") or str(instance.revision), "idempotency_key": fresh_key()}
+        if operation.target == "step":
+            step = models.Step.objects.filter(instance_id=instance.id, key=seen.get("step", "")).first()
+            initial |= {
+                "step_key": seen.get("step", ""),
+                "activation_id": seen.get("activation") or (step.current_activation_id if step else ""),
+                "expected_step_revision": seen.get("step_revision") or (str(step.revision) if step else ""),
+            }
+        if operation.target == "task":
+            task = models.Task.objects.filter(source_instance_id=instance.id, id=seen.get("task", "")).first()
+            initial |= {
+                "task_id": seen.get("task", ""),
+                "expected_task_revision": seen.get("task_revision") or (str(task.revision) if task else ""),
+            }
+        return initial
+
+    def recovery_view(self, request, object_id, operation):
+        spec = OPERATION_FORMS.get(operation)
+        if spec is None:
+            raise Http404("no such recovery operation")
+        identity = self._identity(request, "recover")
+        instance = self.visible_instance(request, object_id)
+        form_class = recovery_form_class(spec)
+        preview, conflict = None, False
+        if request.method == "POST":
+            form = form_class(request.POST)
+            if form.is_valid():
+                command = form_command(spec, form.cleaned_data)
+                try:
+                    if "_confirm" in request.POST:
+                        receipt = SERVICES[spec.name](
+                            identity=identity,
+                            instance_id=instance.id,
+                            idempotency_key=form.cleaned_data["idempotency_key"],
+                            command=command,
+                        )
+                        self._done(request, spec, receipt)
+                        return HttpResponseRedirect(self._instance_url(instance.id))
+                    preview = preview_rows(
+                        operation_preview(
+                            identity=identity, operation=spec.name, instance_id=instance.id, command=command
+                        )
+                    )
+                    form = hidden_copy(form)
+                except WeaveError as error:
+                    conflict = isinstance(error, Aborted)
+                    _attach(form, error)
+        else:
+            form = form_class(initial=self._initial(request, instance, spec))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"{spec.title} — instance {instance.id}",
+            "instance": instance,
+            "operation": spec,
+            "form": form,
+            "preview": preview,
+            "conflict": conflict,
+            "instance_url": self._instance_url(instance.id),
+            "subject": self._subject(request.POST if request.method == "POST" else request.GET, instance),
+        }
+        return TemplateResponse(request, "admin/console/operation_form.html", context)
+
+    def _subject(self, data, instance) -> dict:
+        """The step and task the decision is about, as they are now, for the operator to read."""
+        step = models.Step.objects.filter(
+            instance_id=instance.id, key=data.get("step_key") or data.get("step", "")
+        ).first()
+        task = models.Task.objects.filter(
+            source_instance_id=instance.id, id=data.get("task_id") or data.get("task", "")
+        ).first()
+        # The task's attempts with any late evidence beside the UNKNOWN one: what its worker reported
+        # after the lease was lost is what the operator verifies the outcome against.
+        attempts = task_attempts(task.id) if task is not None else []
+        return {"step": step, "task": task, "attempts": attempts}
+
+    def _done(self, request, spec, receipt) -> None:
+        data = receipt.data
+        if receipt.replayed:
+            messages.warning(
+                request,
+                f"{spec.title} was already applied with this form (same idempotency key): nothing was done twice.",
+            )
+        else:
+            messages.success(
+                request,
+                f"{spec.title} applied: instance {data['state']}, revision {data['revision']}, "
+                f"operation {data['operation_id']}.",
+            )
+
+    # ---- pause / resume / cancel, send signal -------------------------------------------
+
+    def control_view(self, request, object_id, action):
+        if action not in CONTROLS:
+            raise Http404("no such control action")
+        identity = self._identity(request, "control")
+        instance = self.visible_instance(request, object_id)
+        if request.method == "POST":
+            form = ControlForm(request.POST)
+            if form.is_valid():
+                try:
+                    CONTROLS[action](identity=identity, instance_id=instance.id, command=dict(form.cleaned_data))
+                    messages.success(request, f"Instance {action} recorded.")
+                    return HttpResponseRedirect(self._instance_url(instance.id))
+                except WeaveError as error:
+                    _attach(form, error)
+        else:
+            form = ControlForm(
+                initial={"expected_control_revision": request.GET.get("control_revision") or instance.control_revision}
+            )
+        return self._simple_form(request, instance, form, title=f"{action.capitalize()} instance")
+
+    def signal_view(self, request, object_id):
+        identity = self._identity(request, "signal")
+        instance = self.visible_instance(request, object_id)
+        if request.method == "POST":
+            form = SignalForm(request.POST)
+            if form.is_valid():
+                command = {k: v for k, v in form.cleaned_data.items() if k != "idempotency_key" and v != ""}
+                try:
+                    signal_accept(
+                        identity=identity,
+                        instance_id=instance.id,
+                        command=command,
+                        idempotency_key=form.cleaned_data["idempotency_key"],
+                    )
+                    messages.success(request, "Signal accepted; the background matches it to its wait.")
+                    return HttpResponseRedirect(self._instance_url(instance.id))
+                except WeaveError as error:
+                    _attach(form, error)
+        else:
+            form = SignalForm(initial={"idempotency_key": fresh_key()})
+        return self._simple_form(request, instance, form, title="Send signal")
+
+    def _simple_form(self, request, instance, form, *, title):
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"{title} — instance {instance.id}",
+            "instance": instance,
+            "form": form,
+            "instance_url": self._instance_url(instance.id),
+        }
+        return TemplateResponse(request, "admin/console/simple_form.html", context)
+
+    # ---- bulk actions --------------------------------------------------------------------
+
+    @admin.action(description="Continue selected instances", permissions=["recover"])
+    def continue_selected(self, request, queryset):
+        return self._bulk(request, queryset, operation="continue")
+
+    @admin.action(description="Retry one step on selected instances", permissions=["recover"])
+    def retry_step_selected(self, request, queryset):
+        return self._bulk(request, queryset, operation="retry-step")
+
+    def _bulk(self, request, queryset, *, operation):
+        identity = self._identity(request, "recover")
+        spec = OPERATION_FORMS[operation]
+        instances = list(queryset.select_related("definition").order_by("id")[:200])
+        step_key = request.POST.get("step_key", "")
+        form = BulkForm(request.POST if "apply" in request.POST else None)
+        form.fields["declaration"].label = f"I declare ({spec.declaration}) for every instance below"
+        form.fields["declaration"].help_text = DECLARATIONS[spec.declaration]
+        steps = {}
+        if operation == "retry-step" and step_key:
+            steps = {s.instance_id: s for s in models.Step.objects.filter(instance__in=instances, key=step_key)}
+        results = None
+        if "apply" in request.POST and form.is_valid():
+            results = [self._bulk_one(request, identity, spec, i, form.cleaned_data, step_key) for i in instances]
+        step_keys = sorted({s["key"] for i in instances for s in i.definition.spec.get("steps", [])})
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": spec.title + " — selected instances",
+            "operation": spec,
+            "action": request.POST.get("action"),
+            "rows": [(i, steps.get(i.id)) for i in instances],
+            "form": form,
+            "results": results,
+            "step_key": step_key,
+            "step_keys": step_keys,
+            "needs_step": operation == "retry-step",
+            "bulk_key": request.POST.get("bulk_key") or fresh_key(),
+        }
+        return TemplateResponse(request, "admin/console/bulk.html", context)
+
+    def _bulk_one(self, request, identity, spec, instance, data, step_key) -> dict:
+        """One instance of a bulk action, with the revisions the operator saw on the intermediate page."""
+        post = request.POST
+        command = {
+            "expected_revision": post.get(f"revision_{instance.id}", ""),
+            "reason": data["reason"],
+            "evidence_ref": data["evidence_ref"],
+            spec.declaration: True,
+        }
+        if spec.target == "step":
+            command |= {
+                "step_key": step_key,
+                "activation_id": post.get(f"activation_{instance.id}", ""),
+                "expected_step_revision": post.get(f"step_revision_{instance.id}", ""),
+            }
+        try:
+            receipt = SERVICES[spec.name](
+                identity=identity,
+                instance_id=instance.id,
+                idempotency_key=f"{post.get('bulk_key')}-{instance.id}"[:128],
+                command=command,
+            )
+        except WeaveError as error:
+            return {"instance": instance, "ok": False, "code": error.code, "message": error.message}
+        return {
+            "instance": instance,
+            "ok": True,
+            "replayed": receipt.replayed,
+            "message": f"{receipt.data['state']} at revision {receipt.data['revision']}",
+        }
 
 
 @admin.register(models.Gate)

@@ -21,11 +21,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
-from console.forms import OPERATION_FORMS, recovery_form_class
+from console.admin import CONTROLS
+from console.forms import OPERATION_FORMS, ControlForm, SignalForm, recovery_form_class
 from core import exactjson, limits
 from core.ids import new_id
 from history.models import Scope
-from recovery.admin import CONTROLS, ControlForm, SignalForm
 from tests.conftest import bearer
 from tests.console import conftest as console_conftest
 from tests.engine.conftest import Engine

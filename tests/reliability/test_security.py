@@ -28,6 +28,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import URLResolver, get_resolver, reverse
 
+from console.admin import CONTROLS
 from console.forms import OPERATION_FORMS
 from core import clock, exactjson
 from engine.definitions import definition_create
@@ -35,7 +36,6 @@ from history import models
 from history.credentials import credential_issue
 from history.models import Credential, Scope
 from history.tenancy import namespace_ensure
-from recovery.admin import CONTROLS
 from recovery.operations import SERVICES
 from tests.conftest import bearer
 from tests.factories import (
