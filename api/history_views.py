@@ -15,6 +15,7 @@ from api.permissions import scope_required
 from history.models import Scope
 from history.selectors import activations, instances, operations, signals
 from history.selectors.pagination import ListKind, Page, cursor_encode
+from recovery.eligibility import instance_eligibility_document
 
 READ = scope_required(Scope.READ)
 AUDIT_READ = scope_required(Scope.AUDIT_READ)
@@ -160,7 +161,9 @@ class InstanceDetailView(HistoryView):
     def get(self, request, id):
         path_id(id, field="id")
         no_params(request.query_params)
-        return Response(presenters.instance_detail(instances.instance_get(identity=request.auth, instance_id=id)))
+        detail = instances.instance_get(identity=request.auth, instance_id=id)
+        eligibility = instance_eligibility_document(detail.instance, detail.steps)
+        return Response(presenters.instance_detail(detail, eligibility))
 
 
 class TaskDetailView(HistoryView):

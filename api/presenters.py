@@ -210,7 +210,7 @@ def workflow_operation_item(record: WorkflowOperation) -> dict:
     return data
 
 
-def instance_detail(detail: InstanceDetail) -> dict:
+def instance_detail(detail: InstanceDetail, eligibility: dict) -> dict:
     instance = detail.instance
     data = {
         "id": instance.id,
@@ -228,7 +228,7 @@ def instance_detail(detail: InstanceDetail) -> dict:
     data["updated_at"] = format_time(instance.updated_at)
     _time(data, "completed_at", instance.completed_at)
     data["steps"] = [step_view(view) for view in detail.steps]
-    data["eligibility"] = detail.eligibility
+    data["eligibility"] = eligibility
     return data
 
 

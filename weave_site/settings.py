@@ -85,7 +85,6 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "history",
     "engine",
-    "recovery",
     "console",
 ]
 
