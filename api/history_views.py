@@ -26,7 +26,7 @@ class HistoryView(APIView):
     permission_classes = [READ]
 
 
-def _next_cursor(page: Page, *, kind: ListKind, parents: list[str]) -> str | None:
+def next_cursor(page: Page, *, kind: ListKind, parents: list[str]) -> str | None:
     return None if page.next_key is None else cursor_encode(kind=kind, parents=parents, key=page.next_key)
 
 
@@ -43,7 +43,7 @@ class ActivationListView(HistoryView):
         result = activations.activation_list(
             identity=request.auth, instance_id=id, step_key=key, after=after, limit=limit
         )
-        cursor = _next_cursor(result.page, kind=activations.ACTIVATIONS, parents=parents)
+        cursor = next_cursor(result.page, kind=activations.ACTIVATIONS, parents=parents)
         return Response(presenters.activation_page(result, next_cursor=cursor))
 
 
@@ -78,23 +78,8 @@ class PollRoundListView(HistoryView):
         result = activations.poll_round_list(
             identity=request.auth, instance_id=id, step_key=key, activation_id=activation, after=after, limit=limit
         )
-        cursor = _next_cursor(result.page, kind=activations.POLL_ROUNDS, parents=parents)
+        cursor = next_cursor(result.page, kind=activations.POLL_ROUNDS, parents=parents)
         return Response(presenters.poll_round_page(result, next_cursor=cursor))
-
-
-class SignalListView(HistoryView):
-    @extend_schema(
-        operation_id="list_workflow_signals",
-        summary="Signals of the workflow, newest accepted first",
-        parameters=[schema.WORKFLOW_ID, *schema.PAGE_PARAMETERS],
-        responses=schema.responses(schema.SignalPage),
-    )
-    def get(self, request, id):
-        parents = [path_id(id, field="id")]
-        limit, after = list_params(request.query_params, kind=signals.SIGNALS, parents=parents)
-        result = signals.signal_list(identity=request.auth, instance_id=id, after=after, limit=limit)
-        cursor = _next_cursor(result.page, kind=signals.SIGNALS, parents=parents)
-        return Response(presenters.signal_page(result, next_cursor=cursor))
 
 
 class SignalDetailView(HistoryView):
@@ -127,7 +112,7 @@ class SignalOperationListView(HistoryView):
         page = signals.signal_operation_list(
             identity=request.auth, instance_id=id, signal_id=signal, after=after, limit=limit
         )
-        cursor = _next_cursor(page, kind=signals.SIGNAL_OPERATIONS, parents=parents)
+        cursor = next_cursor(page, kind=signals.SIGNAL_OPERATIONS, parents=parents)
         return Response(presenters.signal_operation_page(page, next_cursor=cursor))
 
 
@@ -193,5 +178,5 @@ class WorkflowOperationListView(HistoryView):
         parents = [path_id(id, field="id")]
         limit, after = list_params(request.query_params, kind=operations.WORKFLOW_OPERATIONS, parents=parents)
         result = operations.workflow_operation_list(identity=request.auth, instance_id=id, after=after, limit=limit)
-        cursor = _next_cursor(result.page, kind=operations.WORKFLOW_OPERATIONS, parents=parents)
+        cursor = next_cursor(result.page, kind=operations.WORKFLOW_OPERATIONS, parents=parents)
         return Response(presenters.workflow_operation_page(result, next_cursor=cursor))
