@@ -6,8 +6,8 @@ run:  ## the demo on the embedded SQLite: migrate, seed, serve admin + API, run 
 test:  ## lint and the whole suite, on SQLite and on MariaDB
 	scripts/test.sh
 
-lint:
-	scripts/setup.sh dev && .venv/bin/ruff check . && .venv/bin/ruff format --check .
+lint:  ## ruff, and the import-linter layer contract (pyproject.toml)
+	scripts/setup.sh dev && .venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/lint-imports
 
 format:
 	scripts/setup.sh dev && .venv/bin/ruff check --fix . && .venv/bin/ruff format .

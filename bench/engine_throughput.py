@@ -39,11 +39,11 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from bench.database import database_ready  # noqa: E402
+from core.identity import Identity  # noqa: E402
+from core.ids import new_id  # noqa: E402
 from engine.definitions import definition_create  # noqa: E402
 from engine.instances import instance_start  # noqa: E402
 from engine.runner import runner_settle  # noqa: E402
-from history.identity import Identity  # noqa: E402
-from history.ids import new_id  # noqa: E402
 from history.models import InstanceState, Scope, WorkflowInstance  # noqa: E402
 from history.tenancy import namespace_ensure  # noqa: E402
 

@@ -28,9 +28,10 @@ from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
-from history import clock, models  # noqa: E402
+from core import clock  # noqa: E402
+from core.ids import new_id  # noqa: E402
+from history import models  # noqa: E402
 from history.credentials import credential_issue  # noqa: E402
-from history.ids import new_id  # noqa: E402
 from history.selectors.activations import ACTIVATIONS, POLL_ROUNDS  # noqa: E402
 from history.selectors.operations import WORKFLOW_OPERATIONS  # noqa: E402
 from history.selectors.pagination import cursor_encode  # noqa: E402

@@ -48,9 +48,9 @@ from django.db import connection, reset_queries, transaction  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
 from bench.database import database_ready  # noqa: E402
+from core.identity import Identity  # noqa: E402
+from core.ids import new_id  # noqa: E402
 from history.credentials import credential_issue, identity_of_credential  # noqa: E402
-from history.identity import Identity  # noqa: E402
-from history.ids import new_id  # noqa: E402
 from history.models import Scope  # noqa: E402
 from history.tenancy import namespace_ensure  # noqa: E402
 from recovery.operations import SERVICES  # noqa: E402

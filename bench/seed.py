@@ -29,8 +29,8 @@ from django.db import connection, transaction  # noqa: E402
 from django.db.models import JSONField  # noqa: E402
 
 from bench.database import database_ready  # noqa: E402
+from core.ids import ROOT_STEP_KEY, new_id  # noqa: E402
 from history import models as m  # noqa: E402
-from history.ids import ROOT_STEP_KEY, new_id  # noqa: E402
 from history.tenancy import namespace_ensure  # noqa: E402
 
 BATCH = 5000

@@ -6,13 +6,13 @@ locked in the fixed order; none of them bumps the instance revision (the caller 
 
 import datetime as dt
 
+from core import clock, exactjson
+from core.errors import InvalidArgument
+from core.ids import new_id
 from engine.budget import attempt_budget
 from engine.commands import is_text
 from engine.quota import Quota, permit_take
 from engine.state import touch
-from history import clock, exactjson
-from history.errors import InvalidArgument
-from history.ids import new_id
 from history.locking import LockSet
 from history.models import (
     Activation,

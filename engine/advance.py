@@ -2,11 +2,11 @@
 
 import datetime as dt
 
+from core import clock, exactjson
+from core.ids import ROOT_STEP_KEY
 from engine.activation import step_activate
 from engine.quota import Quota, quota_lock
 from engine.state import gate_sync, touch
-from history import clock, exactjson
-from history.ids import ROOT_STEP_KEY
 from history.locking import Level, LockSet, atomic_with_retry
 from history.models import (
     Continuation,

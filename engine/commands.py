@@ -1,10 +1,10 @@
-"""What the engine's command services share beyond ``history.fields`` and ``history.idempotency``."""
+"""What the engine's command services share beyond ``core.fields`` and ``history.idempotency``."""
 
 import re
 from typing import Any
 
-from history import fields, limits
-from history.fields import command_object, is_text  # noqa: F401 - the names the engine's modules import
+from core import fields, limits
+from core.fields import command_object, is_text  # noqa: F401 - the names the engine's modules import
 
 # The Idempotency-Key syntax as the OpenAPI document states it (history.idempotency.key_check decides).
 IDEMPOTENCY_KEY = re.compile(f"[\\x21-\\x7e]{{1,{limits.MAX_IDEMPOTENCY_KEY}}}")

@@ -19,9 +19,9 @@ from typing import Any
 import jsonschema
 from django.db import IntegrityError, transaction
 
-from history import exactjson
-from history.errors import AlreadyExists, InvalidArgument
-from history.ids import ROOT_STEP_KEY, is_step_key
+from core import exactjson
+from core.errors import AlreadyExists, InvalidArgument
+from core.ids import ROOT_STEP_KEY, is_step_key
 from history.models import Application, Queue, StepKind, WorkflowDefinition
 from history.tenancy import is_name
 

@@ -10,14 +10,14 @@ nothing due in these scenarios.
 
 import datetime as dt
 
+from core import clock, exactjson
+from core.identity import Identity
 from engine.definitions import definition_create
 from engine.handlers import claim_execute
 from engine.instances import instance_cancel, instance_pause, instance_start
 from engine.runner import runner_settle
 from engine.signals import signal_accept
 from engine.worker import Claim, task_claim
-from history import clock, exactjson
-from history.identity import Identity
 from history.models import Namespace, Scope, Step, Task, WorkflowInstance
 from history.tenancy import actor_id_for, namespace_ensure
 

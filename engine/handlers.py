@@ -12,9 +12,9 @@ from typing import Any
 
 from django.db import connection
 
+from core import exactjson
+from core.identity import Identity
 from engine.worker import Claim, Completion, task_complete, task_heartbeat
-from history import exactjson
-from history.identity import Identity
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,13 @@ late evidence (a report of an attempt that lost its lease), which is written tha
 import datetime as dt
 from dataclasses import dataclass
 
+from core import clock
 from engine.activation import wait_create
 from engine.advance import continuation_create
 from engine.definitions import contract_violation, poll_classify
 from engine.incidents import open_instance_ids
 from engine.signals import signal_spec_of, wait_satisfy, wait_winner
 from engine.state import FINISHED, instance_enter_review, touch
-from history import clock
 from history.locking import Level, LockSet, atomic_with_retry
 from history.models import (
     Activation,

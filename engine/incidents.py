@@ -18,8 +18,8 @@ from django import db
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 
+from core import clock
 from engine.state import instance_enter_review, touch
-from history import clock
 from history.locking import Level, LockSet
 from history.models import Incident, WorkflowInstance
 

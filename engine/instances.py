@@ -3,16 +3,17 @@
 import datetime as dt
 from typing import Any
 
+from core import clock, fields
+from core.errors import Aborted, FailedPrecondition, NotFound
+from core.identity import Identity
+from core.ids import MAX_UINT32, ROOT_STEP_KEY
 from engine.activation import correlation_key_of
 from engine.advance import continuation_create
 from engine.definitions import MAX_SECONDS
 from engine.state import FINISHED, gate_sync, instance_control_touch
-from history import clock, fields, idempotency
+from history import idempotency
 from history.audits import audit_write, instance_summary
-from history.errors import Aborted, FailedPrecondition, NotFound
 from history.idempotency import Receipt
-from history.identity import Identity
-from history.ids import MAX_UINT32, ROOT_STEP_KEY
 from history.locking import Level, LockSet, atomic_with_retry
 from history.models import (
     Gate,

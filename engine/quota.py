@@ -8,7 +8,7 @@ may create or finish a task starts with ``quota_lock``.
 
 from dataclasses import dataclass
 
-from history.errors import Unavailable
+from core.errors import Unavailable
 from history.locking import Level, LockSet
 from history.models import Application, Queue, Task, WorkflowDefinition
 

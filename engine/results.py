@@ -1,6 +1,6 @@
 """The task result stream: every result event lands in the instance's inbox."""
 
-from history import clock
+from core import clock
 from history.locking import LockSet
 from history.models import (
     Attempt,

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from django import db
 from django.db.models import Exists, OuterRef, Q
 
+from core import clock, exactjson
 from engine.activation import poll_round_start
 from engine.advance import continuation_create, continuations_apply, instance_lock_graph
 from engine.inbox import inbox_consume_next, inbox_head_id, instances_with_pending_records
@@ -24,7 +25,6 @@ from engine.signals import buffered_waits, wait_satisfy, wait_winner
 from engine.state import gate_sync, instance_enter_review, touch
 from engine.stop import instance_stop_settle
 from engine.worker import task_lease_expire
-from history import clock, exactjson
 from history.locking import Level, LockSet, atomic_with_retry
 from history.models import (
     Activation,

@@ -5,15 +5,16 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef
 
+from core import clock, fields
+from core.errors import FailedPrecondition, InvalidArgument
+from core.identity import Identity
+from core.ids import MAX_UINT32
 from engine.advance import continuation_create
 from engine.definitions import contract_violation
 from engine.state import FINISHED, instance_enter_review, touch
-from history import clock, fields, idempotency
+from history import idempotency
 from history.audits import audit_write, signal_snapshot
-from history.errors import FailedPrecondition, InvalidArgument
 from history.idempotency import Receipt
-from history.identity import Identity
-from history.ids import MAX_UINT32
 from history.locking import Level, LockSet
 from history.models import (
     Activation,

@@ -1,10 +1,10 @@
 """The stop path: settling a CANCELLING instance, after a cancel or its deadline."""
 
+from core import clock
+from core.ids import ROOT_STEP_KEY
 from engine.advance import instance_lock_graph
 from engine.quota import permit_release
 from engine.state import OPEN_STEP_STATES, gate_sync, touch
-from history import clock
-from history.ids import ROOT_STEP_KEY
 from history.locking import Level, LockSet, atomic_with_retry
 from history.models import (
     Activation,

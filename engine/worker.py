@@ -13,14 +13,14 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, Q
 
+from core import clock, fields
+from core.errors import FailedPrecondition, NotFound
+from core.identity import Identity
 from engine.budget import attempts_left
 from engine.commands import command_object, id_argument
 from engine.quota import permit_release, quota_lock_for_task
 from engine.results import late_result_record, result_event_publish
 from engine.state import touch
-from history import clock, fields
-from history.errors import FailedPrecondition, NotFound
-from history.identity import Identity
 from history.locking import Level, LockSet, atomic_with_retry
 from history.models import (
     Application,

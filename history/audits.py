@@ -17,6 +17,7 @@ always built by the same function here; the API answers ``before`` and ``after``
 import datetime as dt
 from typing import Any, TypeVar
 
+from core.times import format_optional_time, format_time
 from history.models import (
     Activation,
     AuditRecord,
@@ -28,7 +29,6 @@ from history.models import (
     WorkflowDefinition,
     WorkflowInstance,
 )
-from history.times import format_optional_time, format_time
 
 Audit = TypeVar("Audit", bound=AuditRecord)
 

@@ -6,9 +6,9 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from history import clock
-from history.errors import Unauthenticated
-from history.identity import Identity, queue_set
+from core import clock
+from core.errors import Unauthenticated
+from core.identity import Identity, queue_set
 from history.models import Credential
 
 TOKEN_PATTERN = re.compile(r"weave_([0-9a-f]{16})_([A-Za-z0-9_\-]{43})")

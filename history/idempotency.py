@@ -23,8 +23,8 @@ from functools import cached_property
 
 from django.db import IntegrityError
 
-from history import clock, exactjson, limits
-from history.errors import AlreadyExists, InvalidArgument
+from core import clock, exactjson, limits
+from core.errors import AlreadyExists, InvalidArgument
 from history.locking import Level, LockSet, atomic_with_retry
 from history.models import IdempotencyReceipt
 

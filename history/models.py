@@ -5,14 +5,14 @@ Rules that hold for every table here:
 - relations are ``ForeignKey(db_constraint=False)``: the database holds zero foreign
   keys and the code checks ownership explicitly (a broken relation is corruption);
 - client JSON (inputs, outputs, results, payloads) is stored as exact text
-  (``history.exactjson``); NULL means absent, the text ``null`` an explicit null.
+  (``core.exactjson``); NULL means absent, the text ``null`` an explicit null.
 """
 
 from django.conf import settings
 from django.db import models
 
-from history import clock
-from history.ids import new_id
+from core import clock
+from core.ids import new_id
 
 
 def _id_field() -> models.CharField:
@@ -193,7 +193,7 @@ class WorkflowInstance(models.Model):
             models.Index(fields=["namespace", "created_at", "id"], name="instance_ns_created"),
             models.Index(fields=["namespace", "updated_at"], name="instance_ns_updated"),
         ]
-        # Admin permissions that map to API scopes (history.identity.identity_of_user).
+        # Admin permissions that map to API scopes (core.identity.identity_of_user).
         permissions = [
             ("recover_workflowinstance", "Can run the recovery operations (workflows:recover)"),
             ("control_workflowinstance", "Can pause, resume and cancel (workflows:control)"),

@@ -1,7 +1,7 @@
 """What a recovery command is: a validated, immutable value of fields from one vocabulary.
 
-A command is a flat JSON object (``history.exactjson.loads`` output). Every field is checked
-here, by the rules of ``history.fields`` the engine's commands share, before anything is read
+A command is a flat JSON object (``core.exactjson.loads`` output). Every field is checked
+here, by the rules of ``core.fields`` the engine's commands share, before anything is read
 from the database; each violation is INVALID_ARGUMENT naming the field. Each operation declares
 its own command class beside its checks (``recovery.operations``).
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from history import fields as field_rules
+from core import fields as field_rules
 
 CONCLUSIONS = ("SUCCEEDED", "FAILED")
 

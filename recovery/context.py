@@ -10,9 +10,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from history import clock
-from history.errors import Aborted, FailedPrecondition, NotFound, ResourceExhausted, Unavailable
-from history.identity import Identity
+from core import clock
+from core.errors import Aborted, FailedPrecondition, NotFound, ResourceExhausted, Unavailable
+from core.identity import Identity
 from history.locking import Level, LockSet
 from history.models import (
     Activation,

@@ -4,9 +4,9 @@ The engine owns the definition format (``engine.definitions``); recovery judges 
 result by the very same rules the background used on the original results.
 """
 
+from core.errors import InvalidArgument
 from engine.definitions import contract_violation
 from engine.definitions import poll_classify as engine_poll_classify
-from history.errors import InvalidArgument
 from recovery.commands import ExactResult
 
 

@@ -9,9 +9,9 @@ from collections.abc import Iterable
 
 from django.db.models import F
 
-from history.errors import NotFound, WeaveError
-from history.identity import Identity
-from history.ids import ROOT_STEP_KEY
+from core.errors import NotFound, WeaveError
+from core.identity import Identity
+from core.ids import ROOT_STEP_KEY
 from history.models import Step, StepKind, Task, TaskState, WorkflowInstance
 from history.selectors.access import instance_get_readable
 from recovery.commands import instance_id_check

@@ -20,13 +20,14 @@ from dataclasses import dataclass, fields
 from functools import cached_property
 from types import MappingProxyType
 
+from core import clock
+from core.errors import Aborted, Unauthenticated
+from core.identity import Identity
+from core.ids import new_id
 from engine.state import instance_control_touch
-from history import clock, idempotency
+from history import idempotency
 from history.audits import audit_write, instance_snapshot
-from history.errors import Aborted, Unauthenticated
 from history.idempotency import KeyRaced, Receipt, receipt_claim, receipt_freeze, receipt_replay
-from history.identity import Identity
-from history.ids import new_id
 from history.locking import Level, LockSet, atomic_with_retry
 from history.models import (
     Activation,

@@ -11,7 +11,7 @@ from django.db import connection
 from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, Collate
 
-from history.errors import Aborted, FailedPrecondition, Unavailable
+from core.errors import Aborted, FailedPrecondition, Unavailable
 from history.locking import Level
 from history.models import (
     TERMINAL_TASK_STATES,

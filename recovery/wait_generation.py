@@ -5,11 +5,11 @@ the next generation with the same contract, correlation key, deadline and fire_a
 
 from dataclasses import dataclass
 
+from core.errors import FailedPrecondition, Unavailable
+from core.times import format_optional_time
 from engine.activation import wait_supersede
 from history.audits import activation_snapshot, step_snapshot, wait_snapshot
-from history.errors import FailedPrecondition, Unavailable
 from history.models import ActivationState, StepState, Wait, WaitState
-from history.times import format_optional_time
 from recovery.context import Context
 from recovery.pipeline import Effect, Plan, change
 from recovery.step_history import StepHistory

@@ -8,6 +8,7 @@ export PATH="$PWD/.venv/bin:$PATH"
 echo "== lint"
 ruff check .
 ruff format --check .
+lint-imports
 
 echo "== tests on SQLite"
 WEAVE_DATABASE_URL="sqlite:///$PWD/var/test.sqlite3" pytest -n 2 "$@"

@@ -13,9 +13,10 @@ import datetime as dt
 import factory
 from factory.django import DjangoModelFactory
 
+from core import clock
+from core.ids import ROOT_STEP_KEY, new_id
 from engine.definitions import definition_validate
-from history import clock, models
-from history.ids import ROOT_STEP_KEY, new_id
+from history import models
 
 HOUR = dt.timedelta(hours=1)
 

@@ -4,7 +4,7 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from history import clock
+from core import clock
 from history.models import Credential, Namespace, Queue, Scope
 from tests.conftest import bearer
 
@@ -99,7 +99,7 @@ def test_wrong_method_answers_in_the_envelope(api, issue_token):
 
 
 def test_an_unhandled_error_is_500_in_the_envelope_without_internals(api, issue_token, monkeypatch):
-    from history.api import identity_views
+    from api import identity_views
 
     def explode(self, request):
         raise RuntimeError("secret internal detail")

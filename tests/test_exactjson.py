@@ -3,7 +3,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from history import exactjson
+from core import exactjson
 
 
 def test_numbers_come_back_as_written():
@@ -51,7 +51,7 @@ def test_round_trip_matches_the_standard_library(value):
 
 
 def test_a_json_number_is_never_taken_for_an_id_key_or_revision():
-    from history.ids import is_id, is_step_key, parse_revision
+    from core.ids import is_id, is_step_key, parse_revision
 
     number = exactjson.loads("[7]")[0]
     assert parse_revision(number) is None and parse_revision("7") == 7
@@ -69,7 +69,7 @@ def _raises(error: type, call) -> ValueError:
 
 
 def test_nesting_up_to_the_limit_is_parsed_and_one_level_more_is_refused():
-    from history.limits import MAX_JSON_DEPTH
+    from core.limits import MAX_JSON_DEPTH
 
     deepest = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
     assert exactjson.dumps(exactjson.loads(deepest)) == deepest
@@ -88,7 +88,7 @@ def test_brackets_inside_strings_do_not_count_as_nesting():
 
 
 def test_number_literals_longer_than_the_limit_are_refused_and_never_converted():
-    from history.limits import MAX_NUMBER_CHARS
+    from core.limits import MAX_NUMBER_CHARS
 
     assert exactjson.loads("9" * MAX_NUMBER_CHARS) == "9" * MAX_NUMBER_CHARS
     for literal in ("9" * (MAX_NUMBER_CHARS + 1), "1." + "0" * MAX_NUMBER_CHARS, "9" * 5000):

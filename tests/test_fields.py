@@ -1,10 +1,10 @@
-"""history.fields: one rule per kind of command field, each refusal INVALID_ARGUMENT "<field> must be …"."""
+"""core.fields: one rule per kind of command field, each refusal INVALID_ARGUMENT "<field> must be …"."""
 
 import pytest
 from django.test import override_settings
 
-from history import exactjson, fields, limits
-from history.errors import InvalidArgument, PayloadTooLarge
+from core import exactjson, fields, limits
+from core.errors import InvalidArgument, PayloadTooLarge
 from history.idempotency import fingerprint, key_check
 
 HIDDEN = ["\x00", "\x07", "\x1b", "\x7f", "\x85", "\u00a0", "\u00ad", "\u200b", "\u200d", "\u200e", "\u202e"]

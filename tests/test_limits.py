@@ -12,15 +12,15 @@ from types import SimpleNamespace
 import pytest
 from django.test import override_settings
 
+from api.parsing import ExactJSONParser
+from core import exactjson, limits
+from core.errors import InvalidArgument, PayloadTooLarge
 from engine.definitions import contract_violation
-from history import exactjson, limits
-from history.errors import InvalidArgument, PayloadTooLarge
 from history.models import WorkflowInstance
 from recovery.commands import ExactResult
 from recovery.contracts import result_contract_check
 from tests.recovery.digest import history_digest
 from tests.reliability import test_security as sweep
-from weave_site.api.parsing import ExactJSONParser
 
 pytestmark = pytest.mark.django_db
 

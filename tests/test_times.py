@@ -2,7 +2,7 @@
 
 import datetime as dt
 
-from history.times import format_optional_time, format_time
+from core.times import format_optional_time, format_time
 
 PLUS_8 = dt.timezone(dt.timedelta(hours=8))
 

@@ -85,11 +85,11 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "history",
     "engine",
-    "recovery",
+    "console",
 ]
 
 MIDDLEWARE = [
-    "weave_site.api.request_id.RequestIdMiddleware",
+    "api.request_id.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -199,7 +199,7 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
-# Input limits (history/limits.py): a larger request body is refused with 413 before it is read;
+# Input limits (core/limits.py): a larger request body is refused with 413 before it is read;
 # one client JSON value (input, result, payload) is stored only up to this many UTF-8 bytes.
 WEAVE_MAX_BODY_BYTES = int(os.environ.get("WEAVE_MAX_BODY_BYTES", 1024 * 1024))
 WEAVE_MAX_JSON_BYTES = int(os.environ.get("WEAVE_MAX_JSON_BYTES", 256 * 1024))
@@ -208,11 +208,11 @@ STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["weave_site.api.authentication.BearerTokenAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["weave_site.api.permissions.Authenticated"],
-    "DEFAULT_RENDERER_CLASSES": ["weave_site.api.rendering.ExactJSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["weave_site.api.parsing.ExactJSONParser"],
-    "EXCEPTION_HANDLER": "weave_site.api.errors.envelope_exception_handler",
+    "DEFAULT_AUTHENTICATION_CLASSES": ["api.authentication.BearerTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["api.permissions.Authenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["api.rendering.ExactJSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["api.parsing.ExactJSONParser"],
+    "EXCEPTION_HANDLER": "api.errors.envelope_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
@@ -225,7 +225,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "engine.openapi.postprocess"],
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "api.openapi.postprocess"],
 }
 
 LOGGING = {

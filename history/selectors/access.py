@@ -8,10 +8,10 @@ reads and commands, recovery and the admin all ask here.
 
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
+from core.errors import NotFound, Unavailable
+from core.identity import Identity
+from core.ids import ROOT_STEP_KEY
 from history import models
-from history.errors import NotFound, Unavailable
-from history.identity import Identity
-from history.ids import ROOT_STEP_KEY
 from history.models import Activation, Gate, Namespace, Queue, Step, WorkflowDefinition, WorkflowInstance
 
 INSTANCE_NOT_FOUND = "workflow not found"

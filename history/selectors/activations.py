@@ -4,8 +4,8 @@ from dataclasses import dataclass
 
 from django.db.models import Subquery
 
-from history.errors import InvalidArgument, NotFound, Unavailable
-from history.identity import Identity
+from core.errors import InvalidArgument, NotFound, Unavailable
+from core.identity import Identity
 from history.models import (
     Activation,
     PollRound,

@@ -5,10 +5,9 @@ from dataclasses import dataclass
 
 from django.db.models import Exists, OuterRef, Subquery
 
-from history.eligibility import eligibility_for
-from history.errors import NotFound, Unavailable
-from history.identity import Identity
-from history.ids import ROOT_STEP_KEY
+from core.errors import NotFound, Unavailable
+from core.identity import Identity
+from core.ids import ROOT_STEP_KEY
 from history.models import Activation, Attempt, PollRound, ResultEvent, Step, StepKind, Task, WorkflowInstance
 from history.ownership import round_naming, task_named_back
 from history.selectors.access import fixed_queue_id, instance_get_readable
@@ -20,7 +19,6 @@ class InstanceDetail:
     instance: WorkflowInstance
     namespace: str
     steps: list[CurrentStep]
-    eligibility: dict
 
 
 @dataclass(frozen=True)
@@ -60,10 +58,7 @@ def instance_get(*, identity: Identity, instance_id: str) -> InstanceDetail:
             raise Unavailable(f"step {step.key!r} has another kind than in the definition")
         step.instance = instance
         steps.append(step)
-    views = step_views(instance=instance, steps=steps)
-    return InstanceDetail(
-        instance=instance, namespace=namespace, steps=views, eligibility=eligibility_for(instance, views)
-    )
+    return InstanceDetail(instance=instance, namespace=namespace, steps=step_views(instance=instance, steps=steps))
 
 
 def task_get(*, identity: Identity, instance_id: str, task_id: str) -> TaskDetail:

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from history.identity import Identity
+from core.identity import Identity
 from history.models import WorkflowInstance, WorkflowOperation
 from history.selectors.access import instance_get_readable
 from history.selectors.pagination import ListKind, Page, keyset_page

@@ -15,7 +15,7 @@ from django.core import signing
 from django.db import models
 from django.db.models import Q, QuerySet
 
-from history.errors import InvalidArgument, Unavailable
+from core.errors import InvalidArgument, Unavailable
 
 T = TypeVar("T")
 

@@ -2,8 +2,8 @@
 
 from dataclasses import dataclass
 
-from history.errors import NotFound, Unavailable
-from history.identity import Identity
+from core.errors import NotFound, Unavailable
+from core.identity import Identity
 from history.models import Signal, SignalOperation, Wait, WorkflowInstance
 from history.selectors.access import instance_get_readable
 from history.selectors.pagination import ListKind, Page, keyset_page

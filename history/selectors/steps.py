@@ -3,7 +3,7 @@
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from history.errors import Unavailable
+from core.errors import Unavailable
 from history.models import Activation, Step, StepKind, Task, WorkflowInstance
 from history.ownership import task_points_back
 

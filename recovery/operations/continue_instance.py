@@ -9,9 +9,9 @@ deadline → refused; else RUNNING with the gate open unless paused, and a root 
 
 from dataclasses import dataclass
 
+from core.errors import FailedPrecondition
 from engine.advance import continuation_create
 from engine.state import instance_review_lift
-from history.errors import FailedPrecondition
 from history.models import (
     Attempt,
     AttemptState,

@@ -8,9 +8,10 @@ The same round is never queried again; inbox dispositions are not rewritten; rev
 import datetime as dt
 from dataclasses import dataclass
 
+from core.errors import FailedPrecondition, Unavailable
+from core.times import format_optional_time
 from engine.state import touch
 from history.audits import activation_snapshot, step_snapshot
-from history.errors import FailedPrecondition, Unavailable
 from history.models import (
     ActivationState,
     Disposition,
@@ -21,7 +22,6 @@ from history.models import (
     StepKind,
     StepState,
 )
-from history.times import format_optional_time
 from recovery.commands import Declaration, StepDecision
 from recovery.context import Context
 from recovery.pipeline import Effect, Operation, Plan, change

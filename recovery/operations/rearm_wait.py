@@ -8,7 +8,7 @@ their final-signal wait). The instance review stays.
 
 from dataclasses import dataclass
 
-from history.errors import FailedPrecondition
+from core.errors import FailedPrecondition
 from history.models import ActivationState, StepKind, StepState
 from recovery.commands import Declaration, StepDecision
 from recovery.context import Context

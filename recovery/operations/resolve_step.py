@@ -7,9 +7,9 @@ events, waits and poll rounds are never rewritten; the instance review and any s
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from core.errors import FailedPrecondition, InvalidArgument
 from engine.state import touch
 from history.audits import activation_snapshot, step_snapshot
-from history.errors import FailedPrecondition, InvalidArgument
 from history.models import StepKind
 from recovery.commands import EXECUTION_SETTLED, NOT_NULL, ExactResult, StepDecision
 from recovery.context import Context

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from django.db.models import BooleanField, Case, Count, F, Max, OuterRef, Q, QuerySet, Subquery, When
 from django.db.models.functions import Coalesce
 
+from core.errors import FailedPrecondition, Unavailable
+from core.identity import Identity
+from core.times import format_optional_time
 from engine.activation import activation_retry, activation_superseded_state
 from engine.budget import Budget, attempt_budget, link_max_attempts, predecessor_left_exactly
 from history.audits import activation_snapshot, step_snapshot, task_snapshot
-from history.errors import FailedPrecondition, Unavailable
-from history.identity import Identity
 from history.locking import Level
 from history.models import (
     Activation,
@@ -31,7 +32,6 @@ from history.models import (
     TaskState,
     WaitKind,
 )
-from history.times import format_optional_time
 from recovery.commands import Declaration, StepDecision
 from recovery.context import Context, quota_take
 from recovery.pipeline import Effect, Operation, Plan, change

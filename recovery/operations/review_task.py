@@ -8,12 +8,12 @@ lifts the instance review: a verified query success answering PENDING is not a P
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from core.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from core.identity import Identity
+from core.ids import new_id
 from engine.results import result_event_publish
 from engine.worker import task_settle_reviewed
 from history.audits import audit_write, task_snapshot
-from history.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound, Unavailable
-from history.identity import Identity
-from history.ids import new_id
 from history.locking import Level
 from history.models import Activation, Attempt, AttemptState, ExecutionAudit, ResultKind, Step, Task, TaskState
 from recovery.commands import EXECUTION_SETTLED, NOT_NULL, Command, ExactResult

@@ -3,8 +3,8 @@
 import pytest
 from django.contrib.auth.models import Group, User
 
+from core.ids import ROOT_STEP_KEY
 from history import models
-from history.ids import ROOT_STEP_KEY
 from history.tenancy import namespace_ensure
 
 pytestmark = pytest.mark.django_db

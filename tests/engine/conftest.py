@@ -6,13 +6,13 @@ import threading
 
 import pytest
 
+from core import clock, exactjson
+from core.identity import Identity
 from engine.definitions import definition_create
 from engine.handlers import claim_execute
 from engine.instances import instance_start
 from engine.runner import runner_settle
 from engine.worker import task_claim
-from history import clock, exactjson
-from history.identity import Identity
 from history.models import Application, Queue, Scope, WorkflowInstance
 from history.tenancy import namespace_ensure
 

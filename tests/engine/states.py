@@ -2,10 +2,10 @@
 
 import datetime as dt
 
+from core import clock
 from engine import runner
 from engine.instances import instance_cancel
 from engine.signals import signal_accept
-from history import clock
 from tests.engine.conftest import task_step
 from tests.engine.test_poll import poll_step
 

@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 from django.db import connection, transaction
 
+from core import clock
 from engine import inbox
 from engine.check import invariants_check
 from engine.handlers import claim_execute
@@ -14,7 +15,6 @@ from engine.instances import instance_cancel
 from engine.runner import pass_lease_expiry, runner_pass, runner_settle
 from engine.signals import signal_accept
 from engine.worker import task_complete
-from history import clock
 from history.locking import Level, LockSet
 from history.models import Attempt, InboxRecord, InboxState, ResultEvent, Task, TaskState
 from tests.engine.conftest import task_step

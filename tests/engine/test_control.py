@@ -2,11 +2,11 @@ import datetime as dt
 
 import pytest
 
+from core import clock
+from core.errors import Aborted, FailedPrecondition, InvalidArgument
 from engine.handlers import claim_execute
 from engine.instances import instance_cancel, instance_pause, instance_resume
 from engine.runner import pass_stop_settlement
-from history import clock
-from history.errors import Aborted, FailedPrecondition, InvalidArgument
 from history.models import Gate, InstanceState, Step, StopKind, Task, TaskState, WorkflowOperation
 from tests.engine.conftest import task_step
 

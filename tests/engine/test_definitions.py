@@ -3,8 +3,8 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
+from core.errors import AlreadyExists, InvalidArgument
 from engine.definitions import definition_create
-from history.errors import AlreadyExists, InvalidArgument
 from history.models import WorkflowDefinition
 from tests.engine.conftest import task_step
 

@@ -2,9 +2,9 @@ import json
 
 from django.core.management import call_command
 
+from core import clock
 from engine.check import invariants_check
 from engine.demo import SCENARIOS
-from history import clock
 from history.models import (
     Activation,
     Attempt,

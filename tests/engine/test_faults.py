@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, connection, transaction
 
+from core import clock
+from core.ids import ROOT_STEP_KEY
 from engine import runner
 from engine.instances import instance_cancel, instance_pause, instance_resume, instance_start
 from engine.signals import signal_accept
 from engine.worker import task_complete, task_heartbeat
-from history import clock
-from history.ids import ROOT_STEP_KEY
 from history.models import Gate, InboxRecord, Signal, Step, Task, Wait, WorkflowInstance
 from tests.engine import states
 from tests.engine.conftest import task_step

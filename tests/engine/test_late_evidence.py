@@ -16,11 +16,11 @@ from django.contrib.auth.models import Group, User
 from django.db import connection
 from weave_sdk import RawJSON, WeaveClient
 
+from core import clock, exactjson
 from engine.check import invariants_check
 from engine.handlers import _heartbeat, claim_execute
 from engine.runner import pass_lease_expiry, runner_settle
 from engine.worker import task_complete, task_heartbeat
-from history import clock, exactjson
 from history.models import (
     Activation,
     ActivationState,

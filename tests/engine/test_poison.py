@@ -14,6 +14,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import InterfaceError, OperationalError
 
+from core import clock
 from engine import runner
 from engine.background import BACKOFF_SECONDS, Outage
 from engine.check import invariants_check
@@ -22,7 +23,6 @@ from engine.handlers import HANDLERS, Handler, HandlerResult
 from engine.incidents import error_class_of
 from engine.management.commands import weave_runner, weave_worker
 from engine.signals import signal_accept
-from history import clock
 from history.models import (
     InboxRecord,
     InboxState,

@@ -2,10 +2,10 @@ import datetime as dt
 
 from django.db import transaction
 
+from core import clock
 from engine.activation import poll_round_start
 from engine.quota import quota_lock
 from engine.runner import pass_poll_rounds
-from history import clock
 from history.locking import LockSet
 from history.models import Activation, InstanceState, PollRound, ResultEvent, Step, Task, TaskState, Wait
 from tests.engine.test_task_flow import _review_task

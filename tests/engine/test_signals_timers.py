@@ -3,9 +3,9 @@ import datetime as dt
 import pytest
 from django.db import transaction
 
+from core import clock
+from core.errors import FailedPrecondition, InvalidArgument
 from engine.signals import signal_accept
-from history import clock
-from history.errors import FailedPrecondition, InvalidArgument
 from history.models import (
     Activation,
     Disposition,

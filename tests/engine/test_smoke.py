@@ -1,4 +1,4 @@
-from history import exactjson
+from core import exactjson
 from history.models import InstanceState
 from tests.engine.conftest import task_step
 

@@ -4,13 +4,13 @@ from dataclasses import replace
 import pytest
 from django.db import transaction
 
+from core import clock, exactjson
+from core.errors import AlreadyExists, PermissionDenied
 from engine.handlers import claim_execute
 from engine.instances import instance_pause, instance_start
 from engine.results import result_event_publish
 from engine.runner import pass_inbox, pass_lease_expiry, runner_pass
 from engine.worker import task_claim, task_complete, task_heartbeat
-from history import clock, exactjson
-from history.errors import AlreadyExists, PermissionDenied
 from history.idempotency import Receipt
 from history.locking import LockSet
 from history.models import (

@@ -5,12 +5,12 @@ import datetime as dt
 import pytest
 from django.db import transaction
 
+from core import clock
 from engine.activation import activation_retry, activation_superseded_state, wait_supersede
 from engine.advance import continuation_create
 from engine.budget import Budget, attempt_budget, attempts_left, link_max_attempts
 from engine.state import instance_control_touch, instance_review_lift, touch
 from engine.worker import task_settle_reviewed
-from history import clock
 from history.locking import Level, LockSet
 from history.models import (
     Activation,

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from history import clock
+from core import clock
 from history.models import Credential, Scope
 from tests.conftest import bearer
 from tests.factories import (

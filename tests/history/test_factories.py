@@ -1,6 +1,6 @@
 """The factories build rows whose relations agree both ways, as the engine writes them."""
 
-from history.ids import ROOT_STEP_KEY
+from core.ids import ROOT_STEP_KEY
 from history.models import Gate, Step, WaitKind
 from tests.factories import (
     AttemptFactory,

@@ -4,7 +4,7 @@ import datetime as dt
 
 import pytest
 
-from history import eligibility
+from api import history_views
 from history.models import (
     Activation,
     ActivationState,
@@ -92,17 +92,16 @@ def test_each_step_shows_its_current_activation_with_the_task_a_recovery_command
     }
 
 
-def test_the_eligibility_comes_from_the_registered_provider(workflow, reader, call, monkeypatch):
+def test_the_eligibility_is_recoverys_document_of_the_rows_read(workflow, reader, call, monkeypatch):
     seen = {}
 
     verdict = {"instance": {"continue": {"eligible": False, "reason": "a step needs review"}}}
 
-    def provider(instance, steps):
+    def document(instance, steps):
         seen["args"] = (instance.id, [view.step.key for view in steps])
         return verdict
 
-    monkeypatch.setattr(eligibility, "_provider", None)
-    eligibility.register_eligibility(provider)
+    monkeypatch.setattr(history_views, "instance_eligibility_document", document)
     _, body = call(f"/v1/workflows/{workflow.id}", reader)
     assert body["data"]["eligibility"] == verdict
     assert seen["args"] == (workflow.id, ["charge", "settle", "approve", "cool-off"])

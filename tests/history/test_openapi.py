@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from history import exactjson, limits
-from history.api import schema
-from history.api.schema import REVISION_SCHEMA, decimal_range_pattern
-from history.ids import MAX_UINT64, parse_revision
+from api import schema
+from api.schema import REVISION_SCHEMA, decimal_range_pattern
+from core import exactjson, limits
+from core.ids import MAX_UINT64, parse_revision
 from history.models import (
     ActivationState,
     AttemptState,

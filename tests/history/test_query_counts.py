@@ -10,9 +10,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from history import clock
-from history.identity import Identity
-from history.ids import new_id
+from core import clock
+from core.identity import Identity
+from core.ids import new_id
 from history.models import (
     Activation,
     InstanceState,

@@ -7,7 +7,7 @@ from django.contrib.auth.models import User
 from django.http import Http404
 from django.test import RequestFactory
 
-from history.admin import WorkflowInstanceAdmin
+from console.admin import WorkflowInstanceAdmin
 from history.models import Operator, Scope, WorkflowInstance
 from history.selectors.access import INSTANCE_NOT_FOUND
 from tests.conftest import bearer

@@ -6,7 +6,7 @@ import pytest
 from django.apps import apps
 from django.db import DatabaseError, connection
 
-from history.errors import WeaveError
+from core.errors import WeaveError
 
 WRITES = ("INSERT", "UPDATE", "DELETE")
 

@@ -1,6 +1,6 @@
 """Recovery commands as a client sends them, for a given state, with overrides."""
 
-from history import exactjson
+from core import exactjson
 from history.models import Activation, Step
 from tests.recovery.states import State
 

@@ -9,10 +9,10 @@ events with CONSUMED inbox records, and quota counters equal to the permits held
 import datetime as dt
 from dataclasses import dataclass, field
 
+from core import clock, exactjson
+from core.ids import ROOT_STEP_KEY, new_id
 from engine.check import invariants_check
 from engine.inbox import inbox_consume_next
-from history import clock, exactjson
-from history.ids import ROOT_STEP_KEY, new_id
 from history.models import (
     Activation,
     ActivationState,

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from history import exactjson
+from core import exactjson
 from history.models import Queue, Scope, WorkflowOperation
 from tests.conftest import bearer
 from tests.recovery import requests as rq

@@ -2,9 +2,9 @@
 
 import pytest
 
-from history import clock
+from core import clock
+from core.identity import Identity
 from history.credentials import identity_of_credential
-from history.identity import Identity
 from history.models import (
     Activation,
     InboxRecord,

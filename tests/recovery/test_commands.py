@@ -2,8 +2,8 @@
 
 import pytest
 
-from history import exactjson
-from history.errors import InvalidArgument
+from core import exactjson
+from core.errors import InvalidArgument
 from history.idempotency import key_check
 from recovery.operations import instance_continue, poll_continue, step_resolve, step_retry, task_review, wait_rearm
 from recovery.operations.resolve_step import ResolveStepCommand

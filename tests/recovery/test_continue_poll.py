@@ -4,7 +4,7 @@ import datetime as dt
 
 import pytest
 
-from history import clock
+from core import clock
 from history.models import Activation, InboxRecord, PollRound, Step, Task, WorkflowInstance
 from recovery.operations import poll_continue
 from tests.recovery import requests as rq

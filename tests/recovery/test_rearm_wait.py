@@ -4,7 +4,7 @@ import datetime as dt
 
 import pytest
 
-from history import clock
+from core import clock
 from history.models import Activation, Signal, SignalState, Step, Wait, WaitState, WorkflowInstance
 from recovery.operations import step_resolve, wait_rearm
 from tests.recovery import requests as rq

@@ -4,7 +4,7 @@ import datetime as dt
 
 import pytest
 
-from history import clock
+from core import clock
 from history.models import (
     Activation,
     Attempt,

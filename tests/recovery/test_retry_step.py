@@ -4,7 +4,7 @@ import datetime as dt
 
 import pytest
 
-from history import clock
+from core import clock
 from history.models import Activation, Attempt, Gate, PollRound, Step, Task, TaskState, Wait, WorkflowInstance
 from recovery.operations import step_resolve, step_retry
 from tests.recovery import requests as rq

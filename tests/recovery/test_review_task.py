@@ -4,7 +4,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from history import exactjson
+from core import exactjson
 from history.models import (
     Activation,
     Attempt,

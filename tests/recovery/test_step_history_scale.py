@@ -7,8 +7,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from history import clock
-from history.ids import new_id
+from core import clock
+from core.ids import new_id
 from history.models import (
     Activation,
     ActivationState,

@@ -21,11 +21,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
-from history import exactjson, limits
-from history.ids import new_id
+from console.admin import CONTROLS
+from console.forms import ControlForm, SignalForm, recovery_form_class
+from core import exactjson, limits
+from core.ids import new_id
 from history.models import Scope
-from recovery.admin import CONTROLS, ControlForm, SignalForm
-from recovery.forms import recovery_form_class
 from recovery.operations import OPERATIONS as RECOVERY_OPERATIONS
 from tests.conftest import bearer
 from tests.console import conftest as console_conftest

@@ -14,14 +14,14 @@ import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
+from core import clock, exactjson
+from core.errors import WeaveError
 from engine.check import invariants_check
 from engine.handlers import claim_execute
 from engine.instances import instance_pause, instance_resume
 from engine.runner import runner_pass
 from engine.signals import signal_accept
-from history import clock, exactjson
 from history.credentials import identity_of_credential
-from history.errors import WeaveError
 from history.locking import RetryStats
 from history.models import (
     Activation,

@@ -5,11 +5,11 @@ import threading
 import pytest
 from django.db import connection, connections
 
+from core.errors import WeaveError
+from core.identity import Identity
 from engine.check import invariants_check
 from engine.demo import demo_run
 from engine.runner import runner_settle
-from history.errors import WeaveError
-from history.identity import Identity
 from history.models import Namespace, Scope, Step, Task, WorkflowInstance, WorkflowOperation
 from recovery.operations import SERVICES
 

@@ -8,15 +8,15 @@ import datetime as dt
 
 import pytest
 
+from core import clock
+from core.errors import FailedPrecondition
+from core.identity import Identity
 from engine.check import invariants_check
 from engine.demo import POLLS, TASKS, demo_run
 from engine.handlers import claim_execute
 from engine.runner import runner_settle
 from engine.signals import signal_accept
 from engine.worker import task_claim
-from history import clock
-from history.errors import FailedPrecondition
-from history.identity import Identity
 from history.models import Activation, Namespace, PollRound, Scope, Step, Task, WorkflowInstance
 from recovery.operations import SERVICES
 

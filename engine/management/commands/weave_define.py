@@ -2,9 +2,9 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from core import exactjson
+from core.errors import WeaveError
 from engine.definitions import definition_create
-from history import exactjson
-from history.errors import WeaveError
 from history.models import Namespace
 
 

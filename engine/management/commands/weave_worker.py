@@ -6,11 +6,11 @@ from concurrent.futures import ThreadPoolExecutor
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
+from core.identity import Identity
 from engine.background import Outage
 from engine.handlers import HANDLERS, claim_execute
 from engine.incidents import Item, isolated
 from engine.worker import task_claim
-from history.identity import Identity
 from history.models import Namespace, Queue, Scope
 from history.tenancy import actor_id_for
 

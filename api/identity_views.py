@@ -2,7 +2,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from history.api import schema
+from api import schema
 
 
 class CredentialSelfView(APIView):

@@ -1,4 +1,4 @@
-"""Read side of the admin console: the instance page's data.
+"""The admin's instance page: one instance's steps, activations, tasks, rounds, signals and audit.
 
 What an operator may see is decided by the API's rule, in ``history.selectors.access``. Every
 query here is bounded by one instance's history (steps, activations, tasks of that instance),
@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from django.db.models import Model
 
+from core.ids import ROOT_STEP_KEY
 from history import models
-from history.ids import ROOT_STEP_KEY
 
 
 @dataclass

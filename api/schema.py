@@ -1,6 +1,6 @@
 """OpenAPI description of the history read API: the envelope, every body and every error.
 
-These serializers only document; ``history.api.presenters`` writes the bodies. A field
+These serializers only document; ``api.presenters`` writes the bodies. A field
 declared ``required=False`` is absent when it has no value (never null); the contract tests
 validate real responses against this schema, so the two cannot drift apart. The engine and
 recovery describe their POST endpoints with the same envelope, fields and helpers.
@@ -14,14 +14,14 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_field
 from rest_framework import serializers
 
-from history import limits
-from history.api.params import DEFAULT_LIMIT, MAX_LIMIT
-from history.ids import ID_PATTERN, MAX_UINT32, MAX_UINT64, STEP_KEY_PATTERN
+from api.params import DEFAULT_LIMIT, MAX_LIMIT
+from core import limits
+from core.ids import ID_PATTERN, MAX_UINT32, MAX_UINT64, STEP_KEY_PATTERN
 from history.selectors.pagination import MAX_CURSOR_BYTES
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):
-    target_class = "weave_site.api.authentication.BearerTokenAuthentication"
+    target_class = "api.authentication.BearerTokenAuthentication"
     name = "bearerAuth"
 
     def get_security_definition(self, auto_schema):
@@ -63,7 +63,7 @@ _SURROGATES = "\\ud800-\\udfff"
 
 
 def portable(pattern: str) -> str:
-    """A history.limits pattern without its lone-surrogate range, which Rust and Go regex engines refuse to compile.
+    """A core.limits pattern without its lone-surrogate range, which Rust and Go regex engines refuse to compile.
 
     JSON Schema strings are Unicode text, so a lone surrogate is outside every schema string anyway: the pattern
     stays exact over what a schema can describe (the descriptions say lone surrogates are refused).
@@ -77,13 +77,13 @@ TOKEN_PATTERN = portable(limits.TOKEN_PATTERN)
 
 
 def _character_class(pattern: str) -> str:
-    """The one character class of a ``^[...]*$`` / ``^[...]+$`` pattern of history.limits."""
+    """The one character class of a ``^[...]*$`` / ``^[...]+$`` pattern of core.limits."""
     match = re.fullmatch(r"\^(\[.*\])[*+]\$", pattern)
     assert match is not None, pattern
     return match.group(1)
 
 
-# Text of history.limits.TEXT_PATTERN holding at least one character of TOKEN_PATTERN: not blank.
+# Text of core.limits.TEXT_PATTERN holding at least one character of TOKEN_PATTERN: not blank.
 NONBLANK_TEXT_PATTERN = (
     f"^{_character_class(TEXT_PATTERN)}*{_character_class(TOKEN_PATTERN)}{_character_class(TEXT_PATTERN)}*$"
 )

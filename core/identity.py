@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from history.errors import PermissionDenied
+from core.errors import PermissionDenied
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Every request gets a 32-hex request id, echoed in X-Request-Id and in the envelope."""
 
-from history.ids import new_id
+from core.ids import new_id
 
 
 def request_id_of(request) -> str:

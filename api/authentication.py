@@ -2,8 +2,8 @@
 
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 
+from core.errors import Unauthenticated
 from history.credentials import credential_authenticate
-from history.errors import Unauthenticated
 
 
 class BearerTokenAuthentication(BaseAuthentication):

@@ -1,7 +1,7 @@
 from rest_framework.parsers import BaseParser
 
-from history import exactjson, limits
-from history.errors import InvalidArgument, PayloadTooLarge
+from core import exactjson, limits
+from core.errors import InvalidArgument, PayloadTooLarge
 
 # Content-Length is a decimal count of bytes; more digits than this is over any limit.
 _MAX_LENGTH_DIGITS = 18

@@ -2,7 +2,7 @@
 
 from rest_framework.permissions import BasePermission
 
-from history.errors import Unauthenticated
+from core.errors import Unauthenticated
 
 
 class Authenticated(BasePermission):

@@ -1,4 +1,4 @@
-"""Every API error answers in the one envelope, its code and status from ``history.errors``."""
+"""Every API error answers in the one envelope, its code and status from ``core.errors``."""
 
 import logging
 
@@ -7,8 +7,8 @@ from django.http import Http404, JsonResponse
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
-from history import errors
-from weave_site.api.request_id import request_id_of
+from api.request_id import request_id_of
+from core import errors
 
 logger = logging.getLogger("weave.api")
 

@@ -3,8 +3,8 @@
 import re
 from collections.abc import Sequence
 
-from history.errors import InvalidArgument
-from history.ids import ROOT_STEP_KEY, is_id, is_step_key
+from core.errors import InvalidArgument
+from core.ids import ROOT_STEP_KEY, is_id, is_step_key
 from history.selectors.pagination import ListKind, cursor_decode
 
 LIMIT_PATTERN = re.compile(r"[1-9][0-9]*")

@@ -17,7 +17,7 @@ import re
 from itertools import accumulate
 from typing import Any
 
-from history import limits
+from core import limits
 
 # What loads accepts is at most MAX_JSON_DEPTH deep; writers add a few wrapping levels
 # (receipts, fingerprints), so they allow twice that and refuse anything deeper.
@@ -51,7 +51,7 @@ class DuplicateKeyError(ValueError):
 
 
 class JSONLimitError(ValueError):
-    """JSON beyond a limit of ``history.limits``: a client error, never a crash."""
+    """JSON beyond a limit of ``core.limits``: a client error, never a crash."""
 
 
 class TooDeep(JSONLimitError):

@@ -1,4 +1,4 @@
-"""Admin forms for the six recovery operations: they build a command, the services decide.
+"""The console's forms (recovery operations, control, signal, bulk): they build a command, the services decide.
 
 Every form carries, as hidden fields, the revisions of the page the operator looked at and a
 fresh idempotency key: a background change in between is refused by the service (ABORTED),
@@ -7,8 +7,8 @@ and a double submit replays the first receipt instead of acting twice.
 
 from django import forms
 
-from history.fields import json_form_value
-from history.ids import new_id
+from core.fields import json_form_value
+from core.ids import new_id
 from recovery.pipeline import Operation
 
 
@@ -111,3 +111,31 @@ def hidden_copy(form: forms.Form) -> forms.Form:
     for field in form.fields.values():
         field.widget = forms.HiddenInput()
     return form
+
+
+class ControlForm(forms.Form):
+    reason = forms.CharField(max_length=1024, widget=forms.Textarea(attrs={"rows": 2, "cols": 80}))
+    expected_control_revision = forms.CharField(widget=forms.HiddenInput)
+
+
+class SignalForm(forms.Form):
+    target_step_key = forms.CharField(max_length=64)
+    name = forms.CharField(max_length=128)
+    payload_version = forms.CharField(max_length=64)
+    correlation_key = forms.CharField(max_length=256, required=False)
+    payload = forms.CharField(widget=forms.Textarea(attrs={"rows": 4, "cols": 80}), help_text="JSON, kept exactly.")
+    reason = forms.CharField(max_length=1024, widget=forms.Textarea(attrs={"rows": 2, "cols": 80}))
+    evidence_ref = forms.CharField(max_length=512, required=False)
+    idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=128)
+
+    def clean_payload(self):
+        try:
+            return json_form_value(self.cleaned_data["payload"])
+        except ValueError as exc:
+            raise forms.ValidationError(f"not valid JSON: {exc}") from None
+
+
+class BulkForm(forms.Form):
+    reason = forms.CharField(max_length=1024, widget=forms.Textarea(attrs={"rows": 2, "cols": 80}))
+    evidence_ref = forms.CharField(max_length=512)
+    declaration = forms.BooleanField(required=True)

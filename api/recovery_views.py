@@ -16,15 +16,15 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from engine import openapi
-from history import exactjson, idempotency
-from history.api import schema
-from history.ids import ID_PATTERN
+from api import openapi, schema
+from api.permissions import scope_required
+from api.request_id import request_id_of
+from core import exactjson
+from core.ids import ID_PATTERN
+from history import idempotency
 from history.models import Scope
 from recovery.commands import NOT_NULL
 from recovery.operations import OPERATIONS
-from weave_site.api.permissions import scope_required
-from weave_site.api.request_id import request_id_of
 
 IDEMPOTENCY_HEADER = idempotency.HEADER
 

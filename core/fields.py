@@ -1,18 +1,18 @@
 """Command fields: one rule per kind of field, for engine and recovery commands alike.
 
-Every check takes the field's name and its parsed JSON value (``history.exactjson.loads``
+Every check takes the field's name and its parsed JSON value (``core.exactjson.loads``
 output) and returns what it accepts, or raises INVALID_ARGUMENT naming the field with the
 message "<field> must be …" (a stored value over its size limit answers 413). Numbers arrive as
 ``exactjson.Number``, a ``str`` subclass, so text fields refuse them: the JSON number 7 is not the
-string "7". The text rules and sizes come from ``history.limits``.
+string "7". The text rules and sizes come from ``core.limits``.
 """
 
 import re
 from typing import Any
 
-from history import exactjson, limits
-from history.errors import InvalidArgument, PayloadTooLarge
-from history.ids import ROOT_STEP_KEY, is_id, is_step_key, parse_revision
+from core import exactjson, limits
+from core.errors import InvalidArgument, PayloadTooLarge
+from core.ids import ROOT_STEP_KEY, is_id, is_step_key, parse_revision
 
 # An integer literal short enough to convert cheaply; the range check follows the conversion.
 _INTEGER = re.compile(r"-?[0-9]{1,20}")

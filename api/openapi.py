@@ -1,6 +1,6 @@
 """OpenAPI description of the engine's POST endpoints: each command, its answer and its errors.
 
-These serializers only document (``engine.api`` renders the answers); the contract tests post
+These serializers only document (``api.engine_views`` renders the answers); the contract tests post
 real commands and validate every answer against the served schema with no undocumented key.
 """
 
@@ -10,11 +10,11 @@ from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
+from api import schema
+from core import limits
+from core.ids import ID_PATTERN
 from engine.definitions import MAX_SECONDS
 from engine.worker import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
-from history import limits
-from history.api import schema
-from history.ids import ID_PATTERN
 from history.tenancy import NAME_PATTERN
 
 

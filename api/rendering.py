@@ -1,7 +1,7 @@
 from rest_framework.renderers import BaseRenderer
 
-from history import exactjson
-from weave_site.api.request_id import request_id_of
+from api.request_id import request_id_of
+from core import exactjson
 
 
 class ExactJSONRenderer(BaseRenderer):

@@ -9,12 +9,13 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from history.api import presenters, schema
-from history.api.params import list_params, no_params, path_id, path_step_key
+from api import presenters, schema
+from api.params import list_params, no_params, path_id, path_step_key
+from api.permissions import scope_required
 from history.models import Scope
 from history.selectors import activations, instances, operations, signals
 from history.selectors.pagination import ListKind, Page, cursor_encode
-from weave_site.api.permissions import scope_required
+from recovery.eligibility import instance_eligibility_document
 
 READ = scope_required(Scope.READ)
 AUDIT_READ = scope_required(Scope.AUDIT_READ)
@@ -25,7 +26,7 @@ class HistoryView(APIView):
     permission_classes = [READ]
 
 
-def _next_cursor(page: Page, *, kind: ListKind, parents: list[str]) -> str | None:
+def next_cursor(page: Page, *, kind: ListKind, parents: list[str]) -> str | None:
     return None if page.next_key is None else cursor_encode(kind=kind, parents=parents, key=page.next_key)
 
 
@@ -42,7 +43,7 @@ class ActivationListView(HistoryView):
         result = activations.activation_list(
             identity=request.auth, instance_id=id, step_key=key, after=after, limit=limit
         )
-        cursor = _next_cursor(result.page, kind=activations.ACTIVATIONS, parents=parents)
+        cursor = next_cursor(result.page, kind=activations.ACTIVATIONS, parents=parents)
         return Response(presenters.activation_page(result, next_cursor=cursor))
 
 
@@ -77,23 +78,8 @@ class PollRoundListView(HistoryView):
         result = activations.poll_round_list(
             identity=request.auth, instance_id=id, step_key=key, activation_id=activation, after=after, limit=limit
         )
-        cursor = _next_cursor(result.page, kind=activations.POLL_ROUNDS, parents=parents)
+        cursor = next_cursor(result.page, kind=activations.POLL_ROUNDS, parents=parents)
         return Response(presenters.poll_round_page(result, next_cursor=cursor))
-
-
-class SignalListView(HistoryView):
-    @extend_schema(
-        operation_id="list_workflow_signals",
-        summary="Signals of the workflow, newest accepted first",
-        parameters=[schema.WORKFLOW_ID, *schema.PAGE_PARAMETERS],
-        responses=schema.responses(schema.SignalPage),
-    )
-    def get(self, request, id):
-        parents = [path_id(id, field="id")]
-        limit, after = list_params(request.query_params, kind=signals.SIGNALS, parents=parents)
-        result = signals.signal_list(identity=request.auth, instance_id=id, after=after, limit=limit)
-        cursor = _next_cursor(result.page, kind=signals.SIGNALS, parents=parents)
-        return Response(presenters.signal_page(result, next_cursor=cursor))
 
 
 class SignalDetailView(HistoryView):
@@ -126,7 +112,7 @@ class SignalOperationListView(HistoryView):
         page = signals.signal_operation_list(
             identity=request.auth, instance_id=id, signal_id=signal, after=after, limit=limit
         )
-        cursor = _next_cursor(page, kind=signals.SIGNAL_OPERATIONS, parents=parents)
+        cursor = next_cursor(page, kind=signals.SIGNAL_OPERATIONS, parents=parents)
         return Response(presenters.signal_operation_page(page, next_cursor=cursor))
 
 
@@ -160,7 +146,9 @@ class InstanceDetailView(HistoryView):
     def get(self, request, id):
         path_id(id, field="id")
         no_params(request.query_params)
-        return Response(presenters.instance_detail(instances.instance_get(identity=request.auth, instance_id=id)))
+        detail = instances.instance_get(identity=request.auth, instance_id=id)
+        eligibility = instance_eligibility_document(detail.instance, detail.steps)
+        return Response(presenters.instance_detail(detail, eligibility))
 
 
 class TaskDetailView(HistoryView):
@@ -190,5 +178,5 @@ class WorkflowOperationListView(HistoryView):
         parents = [path_id(id, field="id")]
         limit, after = list_params(request.query_params, kind=operations.WORKFLOW_OPERATIONS, parents=parents)
         result = operations.workflow_operation_list(identity=request.auth, instance_id=id, after=after, limit=limit)
-        cursor = _next_cursor(result.page, kind=operations.WORKFLOW_OPERATIONS, parents=parents)
+        cursor = next_cursor(result.page, kind=operations.WORKFLOW_OPERATIONS, parents=parents)
         return Response(presenters.workflow_operation_page(result, next_cursor=cursor))

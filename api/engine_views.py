@@ -1,4 +1,4 @@
-"""The engine's JSON API: start, signal, pause/resume/cancel, and the worker protocol.
+"""The engine's JSON API: start, signal (and the signal list on its path), pause/resume/cancel, workers.
 
 Views are thin: check the scope (401 before 403), validate the path, call one service,
 render its answer in the envelope. Every bad input is a 400 naming its field.
@@ -8,20 +8,23 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from engine import openapi
+from api import openapi, presenters, schema
+from api.history_views import next_cursor
+from api.params import list_params, path_id
+from api.permissions import Authenticated, scope_required
+from api.request_id import request_id_of
+from core import exactjson
+from core.errors import InvalidArgument
+from core.times import format_optional_time, format_time
 from engine.commands import id_argument
 from engine.instances import instance_cancel, instance_pause, instance_resume, instance_start
 from engine.signals import signal_accept
 from engine.worker import task_claim, task_complete, task_heartbeat
-from history import exactjson, idempotency
-from history.api import schema
-from history.errors import InvalidArgument
+from history import idempotency
 from history.idempotency import Receipt
 from history.models import Scope
+from history.selectors import signals
 from history.tenancy import is_name
-from history.times import format_optional_time, format_time
-from weave_site.api.permissions import scope_required
-from weave_site.api.request_id import request_id_of
 
 
 def _receipt_response(receipt: Receipt) -> Response:
@@ -57,10 +60,30 @@ class WorkflowStartView(APIView):
         return _receipt_response(receipt)
 
 
-class WorkflowSignalView(APIView):
-    """POST /v1/workflows/{id}/signals — accept a signal (workflows:write, Idempotency-Key)."""
+class WorkflowSignalsView(APIView):
+    """/v1/workflows/{id}/signals — GET lists the signals (workflows:read); POST accepts one
+    (workflows:write, Idempotency-Key). One path, each method with its own scope.
+    """
 
-    permission_classes = [scope_required(Scope.WRITE)]
+    http_method_names = ["get", "post"]
+    permissions_by_method = {"GET": scope_required(Scope.READ), "POST": scope_required(Scope.WRITE)}
+
+    def get_permissions(self):
+        # Any other method is refused (405) once the caller is authenticated.
+        return [self.permissions_by_method.get(self.request.method, Authenticated)()]
+
+    @extend_schema(
+        operation_id="list_workflow_signals",
+        summary="Signals of the workflow, newest accepted first",
+        parameters=[schema.WORKFLOW_ID, *schema.PAGE_PARAMETERS],
+        responses=schema.responses(schema.SignalPage),
+    )
+    def get(self, request, id):
+        parents = [path_id(id, field="id")]
+        limit, after = list_params(request.query_params, kind=signals.SIGNALS, parents=parents)
+        result = signals.signal_list(identity=request.auth, instance_id=id, after=after, limit=limit)
+        cursor = next_cursor(result.page, kind=signals.SIGNALS, parents=parents)
+        return Response(presenters.signal_page(result, next_cursor=cursor))
 
     @extend_schema(
         operation_id="signal_workflow",

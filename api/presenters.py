@@ -5,7 +5,8 @@ decimal strings, times go through ``format_time``, and client JSON is embedded b
 as ``Raw`` (a NULL column is an absent output; the text ``null`` an explicit one).
 """
 
-from history.exactjson import Raw
+from core.exactjson import Raw
+from core.times import format_time
 from history.models import (
     Activation,
     Attempt,
@@ -23,7 +24,6 @@ from history.selectors.operations import WorkflowOperationPage
 from history.selectors.pagination import Page
 from history.selectors.signals import SignalPage
 from history.selectors.steps import CurrentStep
-from history.times import format_time
 
 
 def _optional(data: dict, key: str, value: object) -> None:
@@ -210,7 +210,7 @@ def workflow_operation_item(record: WorkflowOperation) -> dict:
     return data
 
 
-def instance_detail(detail: InstanceDetail) -> dict:
+def instance_detail(detail: InstanceDetail, eligibility: dict) -> dict:
     instance = detail.instance
     data = {
         "id": instance.id,
@@ -228,7 +228,7 @@ def instance_detail(detail: InstanceDetail) -> dict:
     data["updated_at"] = format_time(instance.updated_at)
     _time(data, "completed_at", instance.completed_at)
     data["steps"] = [step_view(view) for view in detail.steps]
-    data["eligibility"] = detail.eligibility
+    data["eligibility"] = eligibility
     return data
 
 

@@ -1,0 +1,38 @@
+"""Every /v1/ path and its view: history reads, engine commands and the worker protocol, recovery."""
+
+from django.urls import path
+from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerSplitView
+
+from api import engine_views, history_views
+from api.identity_views import CredentialSelfView
+from api.recovery_views import RecoveryView
+from recovery.operations import OPERATIONS
+
+W = "workflows/<str:id>"
+
+urlpatterns = [
+    path("credentials/self", CredentialSelfView.as_view()),
+    path("openapi.json", SpectacularJSONAPIView.as_view(), name="openapi-schema"),
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="openapi-schema"), name="openapi-docs"),
+    path(f"{W}", history_views.InstanceDetailView.as_view()),
+    path(f"{W}/steps/<str:key>/activations", history_views.ActivationListView.as_view()),
+    path(f"{W}/steps/<str:key>/activations/<str:activation>", history_views.ActivationDetailView.as_view()),
+    path(f"{W}/steps/<str:key>/activations/<str:activation>/rounds", history_views.PollRoundListView.as_view()),
+    path(f"{W}/signals", engine_views.WorkflowSignalsView.as_view()),
+    path(f"{W}/signals/<str:signal>", history_views.SignalDetailView.as_view()),
+    path(f"{W}/signals/<str:signal>/operations", history_views.SignalOperationListView.as_view()),
+    path(f"{W}/signals/<str:signal>/operations/<str:operation>", history_views.SignalOperationDetailView.as_view()),
+    path(f"{W}/tasks/<str:task>", history_views.TaskDetailView.as_view()),
+    path(f"{W}/operations", history_views.WorkflowOperationListView.as_view()),
+    path("workflows", engine_views.WorkflowStartView.as_view()),
+    path(f"{W}/pause", engine_views.WorkflowPauseView.as_view()),
+    path(f"{W}/resume", engine_views.WorkflowResumeView.as_view()),
+    path(f"{W}/cancel", engine_views.WorkflowCancelView.as_view()),
+    path("queues/<str:queue>/claim", engine_views.QueueClaimView.as_view()),
+    path("tasks/<str:task_id>/heartbeat", engine_views.TaskHeartbeatView.as_view()),
+    path("tasks/<str:task_id>/complete", engine_views.TaskCompleteView.as_view()),
+    *(
+        path(f"workflows/<str:instance_id>/recovery/{name}", RecoveryView.as_view(operation=name))
+        for name in OPERATIONS
+    ),
+]

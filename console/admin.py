@@ -1,0 +1,707 @@
+"""The operator console: the engine's tables read-only, the instance page, and the operator's forms.
+
+The recovery, control and signal forms and the bulk actions are per-object admin views added by
+``get_urls()``, wrapped in ``admin_view``, modelled on Django's ``UserAdmin.user_change_password``:
+they check the permission server side, render a form and, on success, message and redirect.
+Nothing here writes a table: every change goes through the recovery and engine services, which
+enforce every rule.
+"""
+
+import functools
+import json
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Q
+from django.http import Http404, HttpResponseRedirect
+from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.functional import cached_property
+from django.utils.html import format_html, format_html_join
+
+from console.forms import (
+    BulkForm,
+    ControlForm,
+    SignalForm,
+    declaration_label,
+    form_command,
+    fresh_key,
+    hidden_copy,
+    recovery_form_class,
+)
+from console.graph import step_graph_svg
+from core.errors import Aborted, WeaveError
+from core.identity import identity_of_user
+from engine.instances import instance_cancel, instance_pause, instance_resume
+from engine.signals import signal_accept
+from history import models
+from history.selectors.access import INSTANCE_NOT_FOUND, visible_rows
+from history.selectors.instance_page import instance_page
+from history.selectors.instances import task_attempts
+from recovery.eligibility import instance_eligibility, operation_preview
+from recovery.operations import OPERATIONS
+
+admin.site.site_header = "Weave operations"
+admin.site.site_title = "Weave operations"
+admin.site.index_title = "Workflow engine"
+
+
+PERMISSIONS = {
+    "recover": "history.recover_workflowinstance",
+    "control": "history.control_workflowinstance",
+    "signal": "history.signal_workflowinstance",
+}
+CONTROLS = {"pause": instance_pause, "resume": instance_resume, "cancel": instance_cancel}
+
+
+def _attach(form: forms.Form, error: WeaveError) -> None:
+    """Show a service refusal on the field it names, or above the form."""
+    field = error.field
+    if field in form.fields and not isinstance(form.fields[field].widget, forms.HiddenInput):
+        form.add_error(field, error.message)
+    else:
+        form.add_error(None, f"{error.code}: {error.message}")
+
+
+def preview_rows(preview: dict, prefix: str = "") -> list[tuple[str, object, object, bool]]:
+    """Flatten a preview into (what, before, after, changed) rows; ``{before, after}`` pairs are changes."""
+    rows = []
+    for key, value in preview.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and set(value) == {"before", "after"}:
+            rows.append((name, value["before"], value["after"], value["before"] != value["after"]))
+        elif isinstance(value, dict):
+            rows += preview_rows(value, f"{name}.")
+        else:
+            rows.append((name, value, value, False))
+    return rows
+
+
+class CappedCountPaginator(Paginator):
+    """Counts at most CAP rows, so a changelist over millions of rows never scans them all."""
+
+    CAP = 10_000
+
+    @cached_property
+    def count(self) -> int:
+        # No ORDER BY inside the capped count: it would sort CAP rows just to count them.
+        return self.object_list.order_by()[: self.CAP + 1].count()
+
+
+class DefinitionFilter(admin.SimpleListFilter):
+    """Definitions of the user's namespace: a small table, never a DISTINCT over instances."""
+
+    title = "definition"
+    parameter_name = "definition"
+
+    def lookups(self, request, model_admin):
+        rows = scoped(request, models.WorkflowDefinition.objects.order_by("name", "version"))
+        return [(d.id, str(d)) for d in rows]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(definition_id=self.value()) if self.value() else queryset
+
+
+class QueueFilter(admin.SimpleListFilter):
+    title = "queue"
+    parameter_name = "queue"
+
+    def lookups(self, request, model_admin):
+        rows = scoped(request, models.Queue.objects.order_by("name"))
+        return [(q.id, q.name) for q in rows]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(queue_id=self.value()) if self.value() else queryset
+
+
+def scoped(request, queryset):
+    """What this admin user may see: its operator namespace and queues (a bare superuser sees all)."""
+    user = request.user
+    if user.is_superuser and not hasattr(user, "weave_operator"):
+        return queryset
+    return visible_rows(queryset, identity_of_user(user))
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    paginator = CappedCountPaginator
+    show_full_result_count = False
+    list_per_page = 50
+
+    class Media:
+        css = {"all": ["console/console.css"]}
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_queryset(self, request):
+        return scoped(request, super().get_queryset(request))
+
+    def get_list_select_related(self, request):
+        # Django's default follows every foreign key recursively once list_display shows one: for
+        # poll rounds a 34-table join MariaDB never finishes planning. Join only the columns shown.
+        if self.list_select_related is not False:
+            return self.list_select_related
+        foreign_keys = {f.name for f in self.model._meta.fields if f.many_to_one}
+        return tuple(name for name in self.list_display if name in foreign_keys)
+
+
+@admin.register(models.Namespace)
+class NamespaceAdmin(ReadOnlyAdmin):
+    list_display = ("name", "id", "created_at")
+    search_fields = ("=id", "name")
+
+
+@admin.register(models.Application)
+class ApplicationAdmin(ReadOnlyAdmin):
+    list_display = ("name", "namespace", "active_tasks", "max_active_tasks")
+    search_fields = ("=id", "name")
+
+
+@admin.register(models.Queue)
+class QueueAdmin(ReadOnlyAdmin):
+    list_display = ("name", "namespace", "active_tasks", "max_active_tasks")
+    search_fields = ("=id", "name")
+
+
+@admin.register(models.Credential)
+class CredentialAdmin(ReadOnlyAdmin):
+    list_display = ("label", "key_id", "namespace", "actor_id", "created_at", "expires_at", "revoked_at")
+    list_filter = ("revoked_at",)
+    search_fields = ("=id", "=key_id", "label", "=actor_id")
+    exclude = ("token_digest",)
+
+
+@admin.register(models.Operator)
+class OperatorAdmin(ReadOnlyAdmin):
+    list_display = ("user", "namespace", "actor_id")
+    list_select_related = ("user", "namespace")
+
+
+@admin.register(models.WorkflowDefinition)
+class WorkflowDefinitionAdmin(ReadOnlyAdmin):
+    list_display = ("name", "version", "namespace", "created_at")
+    search_fields = ("=id", "name")
+
+
+@admin.register(models.WorkflowInstance)
+class WorkflowInstanceAdmin(ReadOnlyAdmin):
+    list_display = ("id", "definition", "business_key", "state", "paused", "stop_kind", "revision", "updated_at")
+    list_filter = (
+        "state",
+        "paused",
+        "stop_kind",
+        DefinitionFilter,
+        ("updated_at", admin.DateFieldListFilter),
+        ("created_at", admin.DateFieldListFilter),
+    )
+    search_fields = ("=id", "=business_key")
+    ordering = ("-updated_at",)
+    instance_template = "admin/console/instance_page.html"
+    actions = ["continue_selected", "retry_step_selected"]
+
+    def instance_context(self, request, instance) -> dict:
+        """The page's data, with the operations this user may start from it."""
+        user = request.user
+        with_audit = user.has_perm("history.audit_workflowinstance")
+        page = instance_page(instance=instance, with_audit=with_audit)
+        states = {view.step.key: view.step.state for view in page.steps}
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"Instance {instance.id}",
+            "page": page,
+            "graph": step_graph_svg(instance.definition.spec.get("steps", []), states),
+            "with_audit": with_audit,
+            "can_control": user.has_perm(PERMISSIONS["control"]),
+            "can_signal": user.has_perm(PERMISSIONS["signal"]),
+        }
+        identity = identity_of_user(user)
+        if not self.has_recover_permission(request) or identity is None:
+            return context
+        eligibility = instance_eligibility(identity=identity, instance_id=instance.id)
+        tasks = {t.id: t for view in page.steps for a in view.activations for t in a.tasks}
+        for view in page.steps:
+            view.operations = [
+                self._button(instance, view.step, name, entry, tasks)
+                for name, entry in eligibility["steps"].get(view.step.key, {}).items()
+            ]
+        context["instance_operations"] = [
+            self._button(instance, None, op.name, eligibility[op.name], tasks)
+            for op in OPERATIONS.values()
+            if op.target == "instance"
+        ]
+        return context
+
+    def visible_instance(self, request, object_id) -> models.WorkflowInstance:
+        """The instance if this user may see it (the API's visibility rule), else 404 with the API's message."""
+        instance = self.get_queryset(request).select_related("definition").filter(pk=object_id).first()
+        if instance is None:
+            raise Http404(INSTANCE_NOT_FOUND)
+        return instance
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        instance = self.visible_instance(request, object_id)
+        return TemplateResponse(request, self.instance_template, self.instance_context(request, instance))
+
+    # ---- permissions -------------------------------------------------------------------
+
+    def has_recover_permission(self, request) -> bool:
+        return request.user.has_perm(PERMISSIONS["recover"])
+
+    def _identity(self, request, permission: str):
+        if not request.user.has_perm(PERMISSIONS[permission]):
+            raise PermissionDenied
+        identity = identity_of_user(request.user)
+        if identity is None:
+            raise PermissionDenied
+        return identity
+
+    def _instance_url(self, instance_id: str) -> str:
+        return reverse("admin:history_workflowinstance_change", args=[instance_id])
+
+    # ---- the instance page's operation links ---------------------------------------------
+
+    def _button(
+        self, instance, step: models.Step | None, name: str, entry: dict, tasks: dict[str, models.Task]
+    ) -> dict:
+        query = {"revision": instance.revision}
+        if step is not None:
+            query |= {"step": step.key, "step_revision": step.revision, "activation": step.current_activation_id or ""}
+        if entry.get("task_id"):
+            task = tasks.get(entry["task_id"])
+            query |= {"task": entry["task_id"], "task_revision": task.revision if task else ""}
+        url = reverse("admin:history_workflowinstance_recovery", args=[instance.id, name])
+        return {
+            "name": name,
+            "title": OPERATIONS[name].title,
+            "possible": entry["possible"],
+            "reason": entry.get("reason", ""),
+            "url": f"{url}?{'&'.join(f'{k}={v}' for k, v in query.items())}",
+        }
+
+    def get_urls(self):
+        view = self.admin_site.admin_view
+        return [
+            path(
+                "<str:object_id>/recovery/<str:operation>/",
+                view(self.recovery_view),
+                name="history_workflowinstance_recovery",
+            ),
+            path(
+                "<str:object_id>/control/<str:action>/",
+                view(self.control_view),
+                name="history_workflowinstance_control",
+            ),
+            path("<str:object_id>/signal/", view(self.signal_view), name="history_workflowinstance_signal"),
+            *super().get_urls(),
+        ]
+
+    # ---- one recovery operation: form → preview → confirm -------------------------------
+
+    def _initial(self, request, instance, operation) -> dict:
+        """Hidden fields from the page the operator looked at (the link), else the current rows."""
+        seen = request.GET
+        initial = {"expected_revision": seen.get("revision") or str(instance.revision), "idempotency_key": fresh_key()}
+        if operation.target == "step":
+            step = models.Step.objects.filter(instance_id=instance.id, key=seen.get("step", "")).first()
+            initial |= {
+                "step_key": seen.get("step", ""),
+                "activation_id": seen.get("activation") or (step.current_activation_id if step else ""),
+                "expected_step_revision": seen.get("step_revision") or (str(step.revision) if step else ""),
+            }
+        if operation.target == "task":
+            task = models.Task.objects.filter(source_instance_id=instance.id, id=seen.get("task", "")).first()
+            initial |= {
+                "task_id": seen.get("task", ""),
+                "expected_task_revision": seen.get("task_revision") or (str(task.revision) if task else ""),
+            }
+        return initial
+
+    def recovery_view(self, request, object_id, operation):
+        spec = OPERATIONS.get(operation)
+        if spec is None:
+            raise Http404("no such recovery operation")
+        identity = self._identity(request, "recover")
+        instance = self.visible_instance(request, object_id)
+        form_class = recovery_form_class(spec)
+        preview, conflict = None, False
+        if request.method == "POST":
+            form = form_class(request.POST)
+            if form.is_valid():
+                command = form_command(spec, form.cleaned_data)
+                try:
+                    if "_confirm" in request.POST:
+                        receipt = spec.service(
+                            identity=identity,
+                            instance_id=instance.id,
+                            idempotency_key=form.cleaned_data["idempotency_key"],
+                            command=command,
+                        )
+                        self._done(request, spec, receipt)
+                        return HttpResponseRedirect(self._instance_url(instance.id))
+                    preview = preview_rows(
+                        operation_preview(
+                            identity=identity, operation=spec.name, instance_id=instance.id, command=command
+                        )
+                    )
+                    form = hidden_copy(form)
+                except WeaveError as error:
+                    conflict = isinstance(error, Aborted)
+                    _attach(form, error)
+        else:
+            form = form_class(initial=self._initial(request, instance, spec))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"{spec.title} — instance {instance.id}",
+            "instance": instance,
+            "operation": spec,
+            "form": form,
+            "preview": preview,
+            "conflict": conflict,
+            "instance_url": self._instance_url(instance.id),
+            "subject": self._subject(request.POST if request.method == "POST" else request.GET, instance),
+        }
+        return TemplateResponse(request, "admin/console/operation_form.html", context)
+
+    def _subject(self, data, instance) -> dict:
+        """The step and task the decision is about, as they are now, for the operator to read."""
+        step = models.Step.objects.filter(
+            instance_id=instance.id, key=data.get("step_key") or data.get("step", "")
+        ).first()
+        task = models.Task.objects.filter(
+            source_instance_id=instance.id, id=data.get("task_id") or data.get("task", "")
+        ).first()
+        # The task's attempts with any late evidence beside the UNKNOWN one: what its worker reported
+        # after the lease was lost is what the operator verifies the outcome against.
+        attempts = task_attempts(task.id) if task is not None else []
+        return {"step": step, "task": task, "attempts": attempts}
+
+    def _done(self, request, spec, receipt) -> None:
+        data = receipt.data
+        if receipt.replayed:
+            messages.warning(
+                request,
+                f"{spec.title} was already applied with this form (same idempotency key): nothing was done twice.",
+            )
+        else:
+            messages.success(
+                request,
+                f"{spec.title} applied: instance {data['state']}, revision {data['revision']}, "
+                f"operation {data['operation_id']}.",
+            )
+
+    # ---- pause / resume / cancel, send signal -------------------------------------------
+
+    def control_view(self, request, object_id, action):
+        if action not in CONTROLS:
+            raise Http404("no such control action")
+        identity = self._identity(request, "control")
+        instance = self.visible_instance(request, object_id)
+        if request.method == "POST":
+            form = ControlForm(request.POST)
+            if form.is_valid():
+                try:
+                    CONTROLS[action](identity=identity, instance_id=instance.id, command=dict(form.cleaned_data))
+                    messages.success(request, f"Instance {action} recorded.")
+                    return HttpResponseRedirect(self._instance_url(instance.id))
+                except WeaveError as error:
+                    _attach(form, error)
+        else:
+            form = ControlForm(
+                initial={"expected_control_revision": request.GET.get("control_revision") or instance.control_revision}
+            )
+        return self._simple_form(request, instance, form, title=f"{action.capitalize()} instance")
+
+    def signal_view(self, request, object_id):
+        identity = self._identity(request, "signal")
+        instance = self.visible_instance(request, object_id)
+        if request.method == "POST":
+            form = SignalForm(request.POST)
+            if form.is_valid():
+                command = {k: v for k, v in form.cleaned_data.items() if k != "idempotency_key" and v != ""}
+                try:
+                    signal_accept(
+                        identity=identity,
+                        instance_id=instance.id,
+                        command=command,
+                        idempotency_key=form.cleaned_data["idempotency_key"],
+                    )
+                    messages.success(request, "Signal accepted; the background matches it to its wait.")
+                    return HttpResponseRedirect(self._instance_url(instance.id))
+                except WeaveError as error:
+                    _attach(form, error)
+        else:
+            form = SignalForm(initial={"idempotency_key": fresh_key()})
+        return self._simple_form(request, instance, form, title="Send signal")
+
+    def _simple_form(self, request, instance, form, *, title):
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"{title} — instance {instance.id}",
+            "instance": instance,
+            "form": form,
+            "instance_url": self._instance_url(instance.id),
+        }
+        return TemplateResponse(request, "admin/console/simple_form.html", context)
+
+    # ---- bulk actions --------------------------------------------------------------------
+
+    @admin.action(description="Continue selected instances", permissions=["recover"])
+    def continue_selected(self, request, queryset):
+        return self._bulk(request, queryset, operation="continue")
+
+    @admin.action(description="Retry one step on selected instances", permissions=["recover"])
+    def retry_step_selected(self, request, queryset):
+        return self._bulk(request, queryset, operation="retry-step")
+
+    def _bulk(self, request, queryset, *, operation):
+        identity = self._identity(request, "recover")
+        spec = OPERATIONS[operation]
+        instances = list(queryset.select_related("definition").order_by("id")[:200])
+        step_key = request.POST.get("step_key", "")
+        form = BulkForm(request.POST if "apply" in request.POST else None)
+        declaration_label(form.fields["declaration"], spec, " for every instance below")
+        steps = {}
+        if spec.target == "step" and step_key:
+            steps = {s.instance_id: s for s in models.Step.objects.filter(instance__in=instances, key=step_key)}
+        results = None
+        if "apply" in request.POST and form.is_valid():
+            results = [self._bulk_one(request, identity, spec, i, form.cleaned_data, step_key) for i in instances]
+        step_keys = sorted({s["key"] for i in instances for s in i.definition.spec.get("steps", [])})
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": spec.title + " — selected instances",
+            "operation": spec,
+            "action": request.POST.get("action"),
+            "rows": [(i, steps.get(i.id)) for i in instances],
+            "form": form,
+            "results": results,
+            "step_key": step_key,
+            "step_keys": step_keys,
+            "needs_step": spec.target == "step",
+            "bulk_key": request.POST.get("bulk_key") or fresh_key(),
+        }
+        return TemplateResponse(request, "admin/console/bulk.html", context)
+
+    def _bulk_one(self, request, identity, spec, instance, data, step_key) -> dict:
+        """One instance of a bulk action, with the revisions the operator saw on the intermediate page."""
+        post = request.POST
+        command = {
+            "expected_revision": post.get(f"revision_{instance.id}", ""),
+            "reason": data["reason"],
+            "evidence_ref": data["evidence_ref"],
+            spec.declaration: True,
+        }
+        if spec.target == "step":
+            command |= {
+                "step_key": step_key,
+                "activation_id": post.get(f"activation_{instance.id}", ""),
+                "expected_step_revision": post.get(f"step_revision_{instance.id}", ""),
+            }
+        try:
+            receipt = spec.service(
+                identity=identity,
+                instance_id=instance.id,
+                idempotency_key=f"{post.get('bulk_key')}-{instance.id}"[:128],
+                command=command,
+            )
+        except WeaveError as error:
+            return {"instance": instance, "ok": False, "code": error.code, "message": error.message}
+        return {
+            "instance": instance,
+            "ok": True,
+            "replayed": receipt.replayed,
+            "message": f"{receipt.data['state']} at revision {receipt.data['revision']}",
+        }
+
+
+@admin.register(models.Gate)
+class GateAdmin(ReadOnlyAdmin):
+    list_display = ("instance", "open", "revision")
+    list_filter = ("open",)
+    search_fields = ("=instance__id",)
+
+
+@admin.register(models.Step)
+class StepAdmin(ReadOnlyAdmin):
+    list_display = ("key", "instance", "kind", "state", "revision", "updated_at")
+    list_filter = ("kind", "state")
+    search_fields = ("=id", "=instance__id", "key")
+
+
+@admin.register(models.Activation)
+class ActivationAdmin(ReadOnlyAdmin):
+    list_display = ("id", "step", "sequence", "state", "revision", "created_at")
+    list_filter = ("state",)
+    search_fields = ("=id", "=instance__id", "=step__id")
+    ordering = ("-created_at",)
+
+
+@admin.register(models.Task)
+class TaskAdmin(ReadOnlyAdmin):
+    list_display = ("id", "queue_name", "handler", "state", "attempt_count", "max_attempts", "priority", "created_at")
+    # The queue's name without a join: joining the queue table makes MariaDB start from the queues
+    # and sort every task.
+    list_filter = ("state", QueueFilter, ("created_at", admin.DateFieldListFilter))
+    search_fields = ("=id", "=business_key", "=source_instance__id")
+    ordering = ("-created_at",)
+    readonly_fields = ("execution_history",)
+
+    @admin.display(description="queue")
+    def queue_name(self, obj):
+        return queue_name(obj.queue_id)
+
+    @admin.display(description="attempts and late evidence")
+    def execution_history(self, obj):
+        """Each attempt with what its worker reported after the lease was lost, if anything."""
+        return render_to_string("admin/history/task/attempts.html", {"attempts": task_attempts(obj.id)})
+
+
+@functools.lru_cache(maxsize=4096)
+def queue_name(queue_id: str) -> str:
+    """Queue names never change, and there are few: one lookup per queue per process."""
+    return models.Queue.objects.filter(id=queue_id).values_list("name", flat=True).first() or queue_id
+
+
+@admin.register(models.Attempt)
+class AttemptAdmin(ReadOnlyAdmin):
+    list_display = ("id", "task", "number", "worker", "state", "lease_expires_at", "finished_at")
+    list_filter = ("state",)
+    search_fields = ("=id", "=task__id")
+
+
+@admin.register(models.ResultEvent)
+class ResultEventAdmin(ReadOnlyAdmin):
+    list_display = ("id", "task", "seq", "kind", "outcome", "task_revision", "created_at")
+    list_filter = ("kind",)
+    search_fields = ("=id", "=task__id")
+
+
+@admin.register(models.InboxRecord)
+class InboxRecordAdmin(ReadOnlyAdmin):
+    list_display = ("id", "instance", "source_kind", "state", "disposition", "created_at", "consumed_at")
+    list_filter = ("state", "source_kind", "disposition")
+    search_fields = ("=id", "=instance__id", "=source_id")
+
+
+@admin.register(models.PollRound)
+class PollRoundAdmin(ReadOnlyAdmin):
+    list_display = ("id", "activation", "round", "task", "created_at")
+    search_fields = ("=id", "=activation__id", "=instance__id")
+
+
+@admin.register(models.Wait)
+class WaitAdmin(ReadOnlyAdmin):
+    list_display = ("id", "step", "kind", "generation", "state", "deadline_at", "winner_signal")
+    list_select_related = ("step",)
+    list_filter = ("kind", "state")
+    search_fields = ("=id", "=instance__id")
+
+
+@admin.register(models.Signal)
+class SignalAdmin(ReadOnlyAdmin):
+    list_display = ("id", "workflow", "name", "target_step_key", "state", "disposition", "accepted_at")
+    list_filter = ("state", "disposition")
+    search_fields = ("=id", "=workflow__id", "name")
+
+
+def before_after_table(before, after):
+    """Before and after side by side, one row per key, changed keys highlighted."""
+    # None is "no prior state" (an acceptance), not a value to compare.
+    before_map = {} if before is None else before if isinstance(before, dict) else {"value": before}
+    after_map = {} if after is None else after if isinstance(after, dict) else {"value": after}
+    keys = list(dict.fromkeys([*before_map, *after_map]))
+
+    def cell(mapping, key):
+        return json.dumps(mapping[key], ensure_ascii=False, sort_keys=True) if key in mapping else "—"
+
+    rows = format_html_join(
+        "",
+        '<tr class="{}"><th>{}</th><td><code>{}</code></td><td><code>{}</code></td></tr>',
+        (
+            (
+                "changed" if cell(before_map, k) != cell(after_map, k) else "same",
+                k,
+                cell(before_map, k),
+                cell(after_map, k),
+            )
+            for k in keys
+        ),
+    )
+    return format_html(
+        '<table class="weave-diff"><thead><tr><th>field</th><th>before</th><th>after</th></tr></thead>'
+        "<tbody>{}</tbody></table>",
+        rows,
+    )
+
+
+class AuditAdmin(ReadOnlyAdmin):
+    list_display = ("id", "action", "actor_id", "operation_id", "created_at")
+    list_filter = ("action", ("created_at", admin.DateFieldListFilter))
+    search_fields = ("=id", "=operation_id", "=actor_id")
+    ordering = ("-created_at",)
+    readonly_fields = ("before_and_after",)
+    exclude = ("before", "after")
+
+    def has_view_permission(self, request, obj=None):
+        return super().has_view_permission(request, obj) and request.user.has_perm("history.audit_workflowinstance")
+
+    @admin.display(description="before → after")
+    def before_and_after(self, obj):
+        return before_after_table(obj.before, obj.after)
+
+
+@admin.register(models.SignalOperation)
+class SignalOperationAdmin(AuditAdmin):
+    search_fields = AuditAdmin.search_fields + ("=workflow__id", "=signal__id")
+
+
+@admin.register(models.WorkflowOperation)
+class WorkflowOperationAdmin(AuditAdmin):
+    list_display = ("id", "action", "workflow", "step_key", "actor_id", "created_at")
+    search_fields = AuditAdmin.search_fields + ("=workflow__id",)
+
+
+@admin.register(models.ExecutionAudit)
+class ExecutionAuditAdmin(AuditAdmin):
+    search_fields = AuditAdmin.search_fields + ("=task__id",)
+
+
+@admin.register(models.IdempotencyReceipt)
+class IdempotencyReceiptAdmin(ReadOnlyAdmin):
+    list_display = ("key", "operation", "namespace", "workflow", "status_code", "created_at")
+    list_select_related = ("namespace",)
+    search_fields = ("=key", "=workflow__id")
+
+
+@admin.register(models.Continuation)
+class ContinuationAdmin(ReadOnlyAdmin):
+    list_display = ("id", "instance", "step_key", "kind", "state", "created_at", "applied_at")
+    list_filter = ("state",)
+    search_fields = ("=id", "=instance__id")
+
+
+@admin.register(models.Incident)
+class IncidentAdmin(ReadOnlyAdmin):
+    list_display = ("duty", "item_kind", "item_id", "instance", "error_class", "count", "last_seen_at", "resolved_at")
+    list_filter = ("duty", ("resolved_at", admin.EmptyFieldListFilter))
+    search_fields = ("=item_id", "=instance__id", "error_class")
+
+    def get_queryset(self, request):
+        # An instance's incident is seen only by those who see the instance (its definition's queues).
+        instances = scoped(request, models.WorkflowInstance.objects.all()).values("id")
+        return super().get_queryset(request).filter(Q(instance__isnull=True) | Q(instance_id__in=instances))
