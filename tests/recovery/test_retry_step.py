@@ -7,8 +7,8 @@ import pytest
 from history import clock
 from history.models import Activation, Attempt, Gate, PollRound, Step, Task, TaskState, Wait, WorkflowInstance
 from recovery.operations import step_resolve, step_retry
+from tests import states
 from tests.recovery import requests as rq
-from tests.recovery import states
 from tests.recovery.digest import assert_refused
 
 pytestmark = pytest.mark.django_db

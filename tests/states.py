@@ -1,16 +1,26 @@
-"""NEEDS_REVIEW states built directly from rows, as the engine leaves them.
+"""States the tests start from, reached through the engine's own transitions.
 
-Each builder returns a ``State`` whose rows satisfy the engine's invariants (``assert_invariants``
-runs ``weave_check``'s own checks): gate closed in review, a ``$root`` step, gap-free activation
-sequences, tasks with both-way source fields, attempt rows matching attempt_count, result
-events with CONSUMED inbox records, and quota counters equal to the permits held.
+Nothing here writes a row: instances are started by ``instance_start``, tasks are claimed and
+completed through the worker protocol, leases expire because the one clock moves past them,
+the runner's passes do the rest, and operator decisions go through the recovery operations,
+as ``weave_demo`` builds its scenarios. Review states are built with the clock moved into the
+past and put back afterwards, so a test sees the state as the engine left it a few minutes ago
+and the clock at the time the test started.
 """
 
 import datetime as dt
+import hashlib
+import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from engine import runner
 from engine.check import invariants_check
 from engine.inbox import inbox_consume_next
+from engine.instances import instance_cancel, instance_pause
+from engine.signals import signal_accept
+from engine.worker import task_claim, task_complete
 from history import clock, exactjson
 from history.ids import ROOT_STEP_KEY, new_id
 from history.models import (
@@ -21,6 +31,7 @@ from history.models import (
     AttemptState,
     Disposition,
     Gate,
+    IdempotencyReceipt,
     InboxRecord,
     InboxSource,
     InboxState,
@@ -41,23 +52,385 @@ from history.models import (
     WaitState,
     WorkflowDefinition,
     WorkflowInstance,
+    WorkflowOperation,
 )
+from recovery.operations import step_resolve, task_review
+from tests.engine.conftest import Engine, task_step
+from tests.engine.test_poll import poll_step
 
 HOUR = dt.timedelta(hours=1)
+
+# ---- items due for one runner pass ------------------------------------------------------------
+
+TIMER = {"key": "t", "kind": "TIMER", "duration_seconds": 10}
+SIGNAL = {"key": "s", "kind": "SIGNAL", "name": "go", "payload_version": "1", "deadline_seconds": 10}
+TASKS = [task_step("a")]
+
+
+def started(engine, n=1, steps=TASKS, input=None, **definition):
+    """``n`` new instances of a new definition; their root continuations are pending."""
+    made = engine.define(steps, **definition)
+    return [engine.start(made, input) for _ in range(n)]
+
+
+def results_pending(engine, n=1, steps=TASKS, input=None, queue="payments"):
+    """``n`` first tasks worked by their handler: their result records are pending in the inbox."""
+    instances = started(engine, n, steps, input)
+    runner.runner_settle()
+    for _ in range(n):
+        engine.work(queue)
+    return instances
+
+
+def leases_expired(engine, n=1):
+    """``n`` RUNNING attempts whose lease has passed."""
+    started(engine, n, TASKS)
+    runner.runner_settle()
+    for _ in range(n):
+        engine.claim(lease_seconds=1)
+    clock.advance(dt.timedelta(seconds=2))
+
+
+def poll_rounds_due(engine, n=1, **poll):
+    """``n`` POLL activations answered PENDING whose next round is due."""
+    results_pending(engine, n, [poll_step(**poll)], {"pending_rounds": 5}, queue="polls")
+    runner.runner_settle()
+    clock.advance(dt.timedelta(seconds=61))
+
+
+def timers_due(engine, n=1, **timer):
+    """``n`` TIMER waits past their fire time."""
+    started(engine, n, [{**TIMER, **timer}])
+    runner.runner_settle()
+    clock.advance(dt.timedelta(seconds=11))
+
+
+def signals_sent(engine, n=1, steps=(SIGNAL,), **command):
+    """``n`` accepted signals (``go`` version 1 unless ``command`` says otherwise), their records pending."""
+    instances = started(engine, n, list(steps))
+    runner.runner_settle()
+    for instance in instances:
+        signal_accept(
+            identity=engine.identity,
+            instance_id=instance.id,
+            command={"name": "go", "payload_version": "1", "payload": {}, "correlation_key": "", "reason": "r"}
+            | command,
+            idempotency_key=f"sig-{instance.id}",
+        )
+    return instances
+
+
+def waits_late(engine, n=1):
+    """``n`` signal waits past their deadline."""
+    started(engine, n, [SIGNAL])
+    runner.runner_settle()
+    clock.advance(dt.timedelta(seconds=11))
+
+
+def instances_late(engine, n=1):
+    """``n`` RUNNING instances past their instance deadline."""
+    started(engine, n, TASKS, deadline_seconds=5)
+    runner.runner_settle()
+    clock.advance(dt.timedelta(seconds=6))
+
+
+def _control(engine, service, instance, reason="maintenance window"):
+    instance.refresh_from_db()
+    service(
+        identity=engine.identity,
+        instance_id=instance.id,
+        command={"expected_control_revision": str(instance.control_revision), "reason": reason},
+    )
+
+
+def instances_cancelled(engine, n=1):
+    """``n`` CANCELLING instances, each with a queued task to cancel."""
+    instances = started(engine, n, TASKS)
+    runner.runner_settle()
+    for instance in instances:
+        _control(engine, instance_cancel, instance)
+    return instances
+
+
+# ---- instances in review ----------------------------------------------------------------------
+
 QUEUE = "payments"
+LEASE = 30
 TASK_STEP = {
     "key": "charge",
     "kind": "TASK",
-    "after": [],
     "handler": "charge_card",
     "queue": QUEUE,
     "priority": 5,
     "max_attempts": 3,
-    "deadline": 7200,
-    "latest_start": 3600,
+    "deadline_seconds": 7200,
+    "latest_start_seconds": 3600,
     "contract": {"type": "object", "required": ["paid"], "properties": {"paid": {"type": "boolean"}}},
 }
 NEXT_STEP = {"key": "ship", "kind": "TASK", "after": ["charge"], "handler": "ship", "queue": QUEUE, "max_attempts": 1}
+INPUT = exactjson.loads('{"order":"A-1","amount":1.10}')
+# Far enough back for every lease and interval a builder waits out, well inside every deadline.
+BUILT_AGO = dt.timedelta(minutes=10)
+_names = itertools.count(1)
+
+
+@dataclass
+class State:
+    application: Application
+    queue: Queue
+    definition: WorkflowDefinition
+    instance: WorkflowInstance
+    steps: dict[str, Step]
+    activations: list[Activation] = field(default_factory=list)
+    tasks: list[Task] = field(default_factory=list)
+    wait: Wait | None = None
+    signals: list[Signal] = field(default_factory=list)
+    reviewed_event: ResultEvent | None = None
+    # The audit rows and receipts the engine wrote while building the state (its start, controls, decisions).
+    built_operations: frozenset[str] = frozenset()
+    built_receipts: frozenset[str] = frozenset()
+
+    @property
+    def step(self) -> Step:
+        return next(s for k, s in self.steps.items() if k != ROOT_STEP_KEY)
+
+    @property
+    def activation(self) -> Activation:
+        return self.activations[-1]
+
+    @property
+    def task(self) -> Task:
+        return self.tasks[-1]
+
+    def fresh(self) -> "State":
+        """The same state with every row read again."""
+        self.instance.refresh_from_db()
+        for row in [*self.steps.values(), *self.activations, *self.tasks, self.application, self.queue]:
+            row.refresh_from_db()
+        if self.wait is not None:
+            self.wait.refresh_from_db()
+        return self
+
+    def operations(self):
+        """The instance's WorkflowOperation rows written after the state was built."""
+        return WorkflowOperation.objects.filter(workflow=self.instance).exclude(id__in=self.built_operations)
+
+    def receipts(self):
+        """The instance's IdempotencyReceipt rows written after the state was built."""
+        return IdempotencyReceipt.objects.filter(workflow_id=self.instance.id).exclude(id__in=self.built_receipts)
+
+
+def _state_of(engine: Engine, instance: WorkflowInstance) -> State:
+    instance.refresh_from_db()
+    definition = instance.definition
+    rows = {s.key: s for s in Step.objects.filter(instance=instance)}
+    steps = {ROOT_STEP_KEY: rows[ROOT_STEP_KEY], **{s["key"]: rows[s["key"]] for s in definition.spec["steps"]}}
+    return State(
+        application=Application.objects.get(pk=engine.application.pk),
+        queue=Queue.objects.get(namespace=engine.namespace, name=QUEUE),
+        definition=definition,
+        instance=instance,
+        steps=steps,
+        activations=list(Activation.objects.filter(instance=instance).order_by("created_at", "sequence")),
+        tasks=list(Task.objects.filter(source_instance=instance).order_by("created_at", "attempt_count")),
+        wait=Wait.objects.filter(instance=instance).order_by("created_at").last(),
+        signals=list(Signal.objects.filter(workflow=instance).order_by("accepted_at")),
+        built_operations=frozenset(WorkflowOperation.objects.filter(workflow=instance).values_list("id", flat=True)),
+        built_receipts=frozenset(
+            IdempotencyReceipt.objects.filter(workflow_id=instance.id).values_list("id", flat=True)
+        ),
+    )
+
+
+@contextmanager
+def _in_the_past() -> Iterator[None]:
+    """Build ``BUILT_AGO`` back in time; whatever the builder waits out is taken back at the end."""
+    waited = []
+    real_advance = clock.advance
+
+    def advance(delta: dt.timedelta) -> None:
+        waited.append(delta)
+        real_advance(delta)
+
+    with clock.moved(-BUILT_AGO):
+        try:
+            yield advance
+        finally:
+            real_advance(-sum(waited, dt.timedelta(0)))
+
+
+def _engine(tenancy) -> Engine:
+    namespace, application, queues = tenancy
+    return Engine(namespace, application, queues)
+
+
+def _built(tenancy, build, **options) -> State:
+    """Run ``build(engine, wait, **options)`` back in time; the state of the instance it returns."""
+    engine = _engine(tenancy)
+    with _in_the_past() as wait:
+        instance = build(engine, wait, **options)
+    return _state_of(engine, instance)
+
+
+def _passes(*names: str) -> None:
+    """Run only the runner passes a step of the build needs, once each, in the runner's order."""
+    for name, run in runner.PASSES.items():
+        if name in names:
+            run()
+
+
+def _started(engine: Engine, steps, deadline_seconds: int) -> WorkflowInstance:
+    """A new instance whose first tasks are QUEUED; instances of the same shape share one definition."""
+    steps = steps or [TASK_STEP]
+    name = f"order-{hashlib.sha256(exact([steps, deadline_seconds]).encode()).hexdigest()[:12]}"
+    made = WorkflowDefinition.objects.filter(namespace=engine.namespace, name=name).first()
+    made = made or engine.define(steps, name=name, deadline_seconds=deadline_seconds)
+    instance = engine.start(made, INPUT, business_key=f"order-{next(_names)}")
+    _passes("continuations")
+    return instance
+
+
+def _claimed(engine: Engine):
+    claim = task_claim(
+        identity=engine.identity, queue_name=QUEUE, command={"worker": "worker-1", "lease_seconds": LEASE}
+    )
+    assert claim is not None, "the state expected a claimable task"
+    return claim
+
+
+def _cancel(engine: Engine, instance: WorkflowInstance) -> None:
+    _control(engine, instance_cancel, instance, "operator cancel")
+
+
+def _pause(engine: Engine, instance: WorkflowInstance) -> None:
+    _control(engine, instance_pause, instance)
+
+
+def _task_unknown(engine, wait, *, steps=None, stop_kind=None, paused=False) -> WorkflowInstance:
+    # A FAIL stop intent comes from the instance deadline passing while the attempt runs.
+    instance = _started(engine, steps, LEASE if stop_kind == "FAIL" else 4 * 3600)
+    _claimed(engine)
+    if stop_kind == "CANCEL":
+        _cancel(engine, instance)
+    wait(dt.timedelta(seconds=LEASE + 1))
+    _passes("instance_deadlines", "lease_expiry", "inbox")
+    if paused:
+        _pause(engine, instance)
+    return instance
+
+
+def task_unknown_state(tenancy, **options) -> State:
+    """The lease of the only attempt expired: task, activation and step NEEDS_REVIEW, permit kept.
+
+    ``stop_kind`` CANCEL: cancelled while the attempt ran; FAIL: the instance deadline passed while it
+    ran. Either way the review keeps the stop intent.
+    """
+    return _built(tenancy, _task_unknown, **options)
+
+
+def cancel_unknown_state(tenancy) -> State:
+    """An UNKNOWN attempt while the instance was being cancelled: review with the stop intent kept."""
+    return task_unknown_state(tenancy, stop_kind="CANCEL")
+
+
+def _task_failed(engine, wait, *, attempts_used=2, steps=None, stop_kind=None, paused=False) -> WorkflowInstance:
+    instance = _started(engine, steps, 4 * 3600)
+    for number in range(1, attempts_used + 1):
+        claim = _claimed(engine)
+        task_complete(
+            identity=engine.identity,
+            task_id=claim.task.id,
+            command={
+                "attempt_id": claim.attempt.id,
+                "outcome": "FAILED",
+                "result": {"error": "declined"},
+                "retryable": number < attempts_used,
+            },
+        )
+    _passes("inbox")
+    if stop_kind == "CANCEL":  # cancelled in review: the instance stays in review with the intent
+        _cancel(engine, instance)
+    if paused:
+        _pause(engine, instance)
+    return instance
+
+
+def task_failed_state(tenancy, **options) -> State:
+    """The task failed for good on attempt ``attempts_used`` (default 2; the earlier ones retryable):
+    activation and step FAILED, instance in review."""
+    return _built(tenancy, _task_failed, **options)
+
+
+def _decision(instance: WorkflowInstance, step_key: str, evidence: str) -> dict:
+    instance.refresh_from_db()
+    step = Step.objects.get(instance=instance, key=step_key)
+    return {
+        "expected_revision": str(instance.revision),
+        "reason": "verified with the payment provider",
+        "evidence_ref": f"ticket:{evidence}",
+        "step_key": step.key,
+        "activation_id": step.current_activation_id,
+        "expected_step_revision": str(step.revision),
+    }
+
+
+def _result(conclusion: str):
+    return {"paid": True} if conclusion == "SUCCEEDED" else {"error": "declined"}
+
+
+def _task_reviewed(engine, wait, *, conclusion="SUCCEEDED", paused=False, **unknown) -> WorkflowInstance:
+    instance = _task_unknown(engine, wait, **unknown)
+    task = Task.objects.get(source_instance=instance)
+    decision = _decision(instance, TASK_STEP["key"], "review")
+    command = {key: decision[key] for key in ("expected_revision", "reason", "evidence_ref")} | {
+        "task_id": task.id,
+        "expected_task_revision": str(task.revision),
+        "execution_settled": True,
+        "conclusion": conclusion,
+        "result": _result(conclusion),
+    }
+    task_review(identity=engine.identity, instance_id=instance.id, idempotency_key=f"review-{task.id}", command=command)
+    record = inbox_consume_next(instance_id=instance.id)
+    assert record is not None and record.state == InboxState.CONSUMED, record
+    if paused:
+        _pause(engine, instance)
+    return instance
+
+
+def task_reviewed_state(tenancy, **options) -> State:
+    """After ReviewTask (``conclusion``, SUCCEEDED by default) and the consumption of its REVIEWED event:
+    the activation stays NEEDS_REVIEW."""
+    state = _built(tenancy, _task_reviewed, **options)
+    state.reviewed_event = ResultEvent.objects.get(task=state.task, kind="REVIEWED")
+    return state
+
+
+def _task_resolved(engine, wait, *, conclusion="SUCCEEDED", paused=False, **unknown) -> WorkflowInstance:
+    instance = _task_reviewed(engine, wait, conclusion=conclusion, **unknown)
+    command = _decision(instance, TASK_STEP["key"], "resolve") | {
+        "execution_settled": True,
+        "conclusion": conclusion,
+        "result": _result(conclusion) if conclusion == "SUCCEEDED" else "declined",
+    }
+    step_resolve(
+        identity=engine.identity, instance_id=instance.id, idempotency_key=f"resolve-{instance.id}", command=command
+    )
+    if paused:
+        _pause(engine, instance)
+    return instance
+
+
+def task_resolved_state(tenancy, **options) -> State:
+    """After ResolveStep on a reviewed task: the step carries its conclusion; only Continue is left."""
+    return _built(tenancy, _task_resolved, **options)
+
+
+# ---- rows written directly ---------------------------------------------------------------------
+# These states are still written row by row, as the engine leaves them; the builders above reach
+# theirs through the engine. ``activation_add`` and ``task_add`` also let a test put a sibling branch
+# next to an engine-built state.
+
+INSTANCE_REVISION = 20
 POLL_STEP = {
     "key": "settle",
     "kind": "POLL",
@@ -85,41 +458,6 @@ SIGNAL_STEP = {
 TIMER_STEP = {"key": "cooldown", "kind": "TIMER", "after": [], "duration": 600, "deadline": 4200, "max_lateness": 300}
 PENDING_ANSWER = '{"status":"WAITING"}'
 INSTANCE_REVISION = 20
-
-
-@dataclass
-class State:
-    application: Application
-    queue: Queue
-    definition: WorkflowDefinition
-    instance: WorkflowInstance
-    steps: dict[str, Step]
-    activations: list[Activation] = field(default_factory=list)
-    tasks: list[Task] = field(default_factory=list)
-    wait: Wait | None = None
-    signals: list[Signal] = field(default_factory=list)
-    reviewed_event: ResultEvent | None = None
-
-    @property
-    def step(self) -> Step:
-        return next(s for k, s in self.steps.items() if k != ROOT_STEP_KEY)
-
-    @property
-    def activation(self) -> Activation:
-        return self.activations[-1]
-
-    @property
-    def task(self) -> Task:
-        return self.tasks[-1]
-
-    def fresh(self) -> "State":
-        """The same state with every row read again."""
-        self.instance.refresh_from_db()
-        for row in [*self.steps.values(), *self.activations, *self.tasks, self.application, self.queue]:
-            row.refresh_from_db()
-        if self.wait is not None:
-            self.wait.refresh_from_db()
-        return self
 
 
 def _definition(namespace_id: str, steps: list[dict]) -> WorkflowDefinition:
@@ -281,9 +619,6 @@ def quota_sync(state: State) -> State:
     return state
 
 
-# ---- TASK ----------------------------------------------------------------------------------
-
-
 def task_chain_state(tenancy, chain: list[tuple[str, str, list[str]]], *, steps=None, **instance) -> State:
     """A TASK step whose activations ran ``chain``: (activation state, task state, attempt states) each.
 
@@ -318,40 +653,6 @@ def task_chain_state(tenancy, chain: list[tuple[str, str, list[str]]], *, steps=
 
 def _settled(activation_state: str) -> str:
     return activation_state if activation_state in (ActivationState.FAILED, ActivationState.CANCELLED) else "SUPERSEDED"
-
-
-def task_unknown_state(tenancy, **instance) -> State:
-    """The lease of the only attempt expired: task, activation and step NEEDS_REVIEW, permit kept."""
-    return task_chain_state(
-        tenancy, [(ActivationState.NEEDS_REVIEW, TaskState.NEEDS_REVIEW, [AttemptState.UNKNOWN])], **instance
-    )
-
-
-def cancel_unknown_state(tenancy) -> State:
-    """An UNKNOWN attempt while the instance was being cancelled: review with the stop intent kept."""
-    return task_unknown_state(tenancy, stop_kind="CANCEL")
-
-
-def task_failed_state(tenancy, *, attempts_used: int = 2, **instance) -> State:
-    """The task failed for good after ``attempts_used`` attempts: activation and step FAILED."""
-    return task_chain_state(
-        tenancy, [(ActivationState.FAILED, TaskState.FAILED, [AttemptState.FAILED] * attempts_used)], **instance
-    )
-
-
-def task_reviewed_state(tenancy, *, conclusion: str = "SUCCEEDED", steps=None, **instance) -> State:
-    """After ReviewTask and the consumption of its REVIEWED event: the activation stays NEEDS_REVIEW."""
-    state = task_unknown_state(tenancy, steps=steps, **instance)
-    task = state.task
-    result = '{"paid":true}' if conclusion == "SUCCEEDED" else '{"error":"declined"}'
-    task.state, task.outcome, task.result, task.review_conclusion = conclusion, conclusion, result, conclusion
-    task.execution_settled, task.permit_held = True, False
-    task.revision += 1
-    task.save()
-    result_event_add(state, task, ResultKind.REVIEWED, conclusion, result)
-    state.activation.verified_outcome, state.activation.verified_result = conclusion, result
-    state.activation.save()
-    return quota_sync(state)
 
 
 # ---- POLL ----------------------------------------------------------------------------------
@@ -565,16 +866,3 @@ def reviewed_record_consume(state: State) -> None:
     """The engine's inbox consumer takes the instance's pending REVIEWED record."""
     record = inbox_consume_next(instance_id=state.instance.pk)
     assert record is not None and record.state == InboxState.CONSUMED, record
-
-
-def task_resolved_state(tenancy, *, conclusion: str = "SUCCEEDED", **instance) -> State:
-    """After ResolveStep on a reviewed task: the step carries its conclusion; only Continue is left."""
-    state = task_reviewed_state(tenancy, conclusion=conclusion, **instance)
-    activation, step = state.activation, state.step
-    output = '{"paid":true}' if conclusion == "SUCCEEDED" else '"declined"'
-    resolution = {"conclusion": conclusion, "activation_id": activation.id, "operation_id": new_id()}
-    for row in (activation, step):
-        row.state, row.output, row.resolution = conclusion, output, resolution
-        row.revision += 1
-        row.save()
-    return state
