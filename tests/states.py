@@ -168,6 +168,21 @@ TASK_STEP = {
     "contract": {"type": "object", "required": ["paid"], "properties": {"paid": {"type": "boolean"}}},
 }
 NEXT_STEP = {"key": "ship", "kind": "TASK", "after": ["charge"], "handler": "ship", "queue": QUEUE, "max_attempts": 1}
+POLL_STEP = {
+    "key": "settle",
+    "kind": "POLL",
+    "handler": "check_settlement",
+    "queue": QUEUE,
+    "priority": 0,
+    "max_rounds": 3,
+    "attempts_per_round": 2,
+    "interval_seconds": 60,
+    "poll_deadline_seconds": 7200,
+    "round_deadline_seconds": 3600,
+    "mapping": {"field": "status", "values": {"DONE": "SUCCEEDED", "REJECTED": "FAILED", "WAITING": "PENDING"}},
+    "contract": {"type": "object", "required": ["status"]},
+}
+PENDING_ANSWER = '{"status":"WAITING"}'
 INPUT = exactjson.loads('{"order":"A-1","amount":1.10}')
 # Far enough back for every lease and interval a builder waits out, well inside every deadline.
 BUILT_AGO = dt.timedelta(minutes=10)
@@ -264,11 +279,14 @@ def _engine(tenancy) -> Engine:
     return Engine(namespace, application, queues)
 
 
-def _built(tenancy, build, **options) -> State:
-    """Run ``build(engine, wait, **options)`` back in time; the state of the instance it returns."""
+def _built(tenancy, build, *, paused=False, **options) -> State:
+    """Run ``build(engine, wait, **options)`` back in time, then pause the instance it returns if asked;
+    the state of that instance."""
     engine = _engine(tenancy)
     with _in_the_past() as wait:
         instance = build(engine, wait, **options)
+        if paused:
+            _control(engine, instance_pause, instance)
     return _state_of(engine, instance)
 
 
@@ -298,15 +316,22 @@ def _claimed(engine: Engine):
     return claim
 
 
+def _answered(engine: Engine, outcome: str, result, *, retryable=False) -> None:
+    """The worker claims the next task and reports ``outcome``; the runner takes the result."""
+    claim = _claimed(engine)
+    task_complete(
+        identity=engine.identity,
+        task_id=claim.task.id,
+        command={"attempt_id": claim.attempt.id, "outcome": outcome, "result": result, "retryable": retryable},
+    )
+    _passes("inbox")
+
+
 def _cancel(engine: Engine, instance: WorkflowInstance) -> None:
     _control(engine, instance_cancel, instance, "operator cancel")
 
 
-def _pause(engine: Engine, instance: WorkflowInstance) -> None:
-    _control(engine, instance_pause, instance)
-
-
-def _task_unknown(engine, wait, *, steps=None, stop_kind=None, paused=False) -> WorkflowInstance:
+def _task_unknown(engine, wait, *, steps=None, stop_kind=None) -> WorkflowInstance:
     # A FAIL stop intent comes from the instance deadline passing while the attempt runs.
     instance = _started(engine, steps, LEASE if stop_kind == "FAIL" else 4 * 3600)
     _claimed(engine)
@@ -314,8 +339,6 @@ def _task_unknown(engine, wait, *, steps=None, stop_kind=None, paused=False) -> 
         _cancel(engine, instance)
     wait(dt.timedelta(seconds=LEASE + 1))
     _passes("instance_deadlines", "lease_expiry", "inbox")
-    if paused:
-        _pause(engine, instance)
     return instance
 
 
@@ -333,25 +356,12 @@ def cancel_unknown_state(tenancy) -> State:
     return task_unknown_state(tenancy, stop_kind="CANCEL")
 
 
-def _task_failed(engine, wait, *, attempts_used=2, steps=None, stop_kind=None, paused=False) -> WorkflowInstance:
+def _task_failed(engine, wait, *, attempts_used=2, steps=None, stop_kind=None) -> WorkflowInstance:
     instance = _started(engine, steps, 4 * 3600)
     for number in range(1, attempts_used + 1):
-        claim = _claimed(engine)
-        task_complete(
-            identity=engine.identity,
-            task_id=claim.task.id,
-            command={
-                "attempt_id": claim.attempt.id,
-                "outcome": "FAILED",
-                "result": {"error": "declined"},
-                "retryable": number < attempts_used,
-            },
-        )
-    _passes("inbox")
+        _answered(engine, "FAILED", {"error": "declined"}, retryable=number < attempts_used)
     if stop_kind == "CANCEL":  # cancelled in review: the instance stays in review with the intent
         _cancel(engine, instance)
-    if paused:
-        _pause(engine, instance)
     return instance
 
 
@@ -378,22 +388,25 @@ def _result(conclusion: str):
     return {"paid": True} if conclusion == "SUCCEEDED" else {"error": "declined"}
 
 
-def _task_reviewed(engine, wait, *, conclusion="SUCCEEDED", paused=False, **unknown) -> WorkflowInstance:
-    instance = _task_unknown(engine, wait, **unknown)
-    task = Task.objects.get(source_instance=instance)
-    decision = _decision(instance, TASK_STEP["key"], "review")
+def _reviewed(engine: Engine, instance: WorkflowInstance, conclusion: str, result) -> None:
+    """ReviewTask on the instance's task in review, and the engine's consumption of its REVIEWED record."""
+    task = Task.objects.get(source_instance=instance, state="NEEDS_REVIEW")
+    decision = _decision(instance, Step.objects.get(pk=task.source_activation.step_id).key, "review")
     command = {key: decision[key] for key in ("expected_revision", "reason", "evidence_ref")} | {
         "task_id": task.id,
         "expected_task_revision": str(task.revision),
         "execution_settled": True,
         "conclusion": conclusion,
-        "result": _result(conclusion),
+        "result": result,
     }
     task_review(identity=engine.identity, instance_id=instance.id, idempotency_key=f"review-{task.id}", command=command)
     record = inbox_consume_next(instance_id=instance.id)
     assert record is not None and record.state == InboxState.CONSUMED, record
-    if paused:
-        _pause(engine, instance)
+
+
+def _task_reviewed(engine, wait, *, conclusion="SUCCEEDED", **unknown) -> WorkflowInstance:
+    instance = _task_unknown(engine, wait, **unknown)
+    _reviewed(engine, instance, conclusion, _result(conclusion))
     return instance
 
 
@@ -405,7 +418,7 @@ def task_reviewed_state(tenancy, **options) -> State:
     return state
 
 
-def _task_resolved(engine, wait, *, conclusion="SUCCEEDED", paused=False, **unknown) -> WorkflowInstance:
+def _task_resolved(engine, wait, *, conclusion="SUCCEEDED", **unknown) -> WorkflowInstance:
     instance = _task_reviewed(engine, wait, conclusion=conclusion, **unknown)
     command = _decision(instance, TASK_STEP["key"], "resolve") | {
         "execution_settled": True,
@@ -415,8 +428,6 @@ def _task_resolved(engine, wait, *, conclusion="SUCCEEDED", paused=False, **unkn
     step_resolve(
         identity=engine.identity, instance_id=instance.id, idempotency_key=f"resolve-{instance.id}", command=command
     )
-    if paused:
-        _pause(engine, instance)
     return instance
 
 
@@ -425,26 +436,55 @@ def task_resolved_state(tenancy, **options) -> State:
     return _built(tenancy, _task_resolved, **options)
 
 
+def _rounds_pending(engine, wait, rounds: int) -> WorkflowInstance:
+    """A POLL instance whose first ``rounds`` rounds answered PENDING; the next round is QUEUED if any is left."""
+    instance = _started(engine, [POLL_STEP], 4 * 3600)
+    for number in range(1, rounds + 1):
+        _answered(engine, "SUCCEEDED", exactjson.loads(PENDING_ANSWER))
+        if number < POLL_STEP["max_rounds"]:
+            wait(dt.timedelta(seconds=POLL_STEP["interval_seconds"] + 1))
+            _passes("poll_rounds")
+    return instance
+
+
+def _poll_round_failed(engine, wait) -> WorkflowInstance:
+    instance = _rounds_pending(engine, wait, 1)
+    _answered(engine, "FAILED", {"error": "503"})
+    return instance
+
+
+def poll_round_failed_state(tenancy, **options) -> State:
+    """Round 1 answered PENDING; round 2's query failed for good on the first of its two attempts."""
+    return _built(tenancy, _poll_round_failed, **options)
+
+
+def poll_rounds_exhausted_state(tenancy, **options) -> State:
+    """Every round answered PENDING: rounds exhausted, in review."""
+    return _built(tenancy, _rounds_pending, rounds=POLL_STEP["max_rounds"], **options)
+
+
+def _poll_pending_reviewed(engine, wait) -> WorkflowInstance:
+    instance = _rounds_pending(engine, wait, 1)
+    _claimed(engine)
+    wait(dt.timedelta(seconds=LEASE + 1))
+    _passes("lease_expiry", "inbox")
+    _reviewed(engine, instance, "SUCCEEDED", exactjson.loads(PENDING_ANSWER))
+    return instance
+
+
+def poll_pending_reviewed_state(tenancy, **options) -> State:
+    """Round 2's query was UNKNOWN, then reviewed SUCCEEDED with a PENDING answer, consumed: in review."""
+    state = _built(tenancy, _poll_pending_reviewed, **options)
+    state.reviewed_event = ResultEvent.objects.get(task=state.task, kind="REVIEWED")
+    return state
+
+
 # ---- rows written directly ---------------------------------------------------------------------
 # These states are still written row by row, as the engine leaves them; the builders above reach
 # theirs through the engine. ``activation_add`` and ``task_add`` also let a test put a sibling branch
 # next to an engine-built state.
 
 INSTANCE_REVISION = 20
-POLL_STEP = {
-    "key": "settle",
-    "kind": "POLL",
-    "after": [],
-    "handler": "check_settlement",
-    "queue": QUEUE,
-    "priority": 0,
-    "max_rounds": 3,
-    "attempts_per_round": 2,
-    "interval_seconds": 60,
-    "poll_deadline": 7200,
-    "mapping": {"field": "status", "values": {"DONE": "SUCCEEDED", "REJECTED": "FAILED", "WAITING": "PENDING"}},
-    "contract": {"type": "object", "required": ["status"]},
-}
 SIGNAL_STEP = {
     "key": "approval",
     "kind": "SIGNAL",
@@ -456,7 +496,6 @@ SIGNAL_STEP = {
     "contract": {"type": "object", "required": ["by"]},
 }
 TIMER_STEP = {"key": "cooldown", "kind": "TIMER", "after": [], "duration": 600, "deadline": 4200, "max_lateness": 300}
-PENDING_ANSWER = '{"status":"WAITING"}'
 INSTANCE_REVISION = 20
 
 
@@ -698,63 +737,6 @@ def _poll_round(
     activation.last_task = task
     activation.save(update_fields=["last_task"])
     return task, started
-
-
-def _pending_round(state: State, activation: Activation, number: int) -> ResultEvent:
-    task, started = _poll_round(
-        state,
-        activation,
-        number,
-        task_state=TaskState.SUCCEEDED,
-        attempts=[AttemptState.SUCCEEDED],
-        result=PENDING_ANSWER,
-    )
-    return result_event_add(state, task, ResultKind.RESULT, "SUCCEEDED", PENDING_ANSWER, at=started)
-
-
-def poll_round_failed_state(tenancy, **instance) -> State:
-    """Round 1 answered PENDING; round 2's query failed for good after one of its two attempts."""
-    state = instance_make(tenancy, [POLL_STEP], **instance)
-    activation = _poll_activation(state, state_=ActivationState.FAILED, used_rounds=2)
-    _pending_round(state, activation, 1)
-    task, started = _poll_round(
-        state, activation, 2, task_state=TaskState.FAILED, attempts=[AttemptState.FAILED], result='{"error":"503"}'
-    )
-    result_event_add(state, task, ResultKind.RESULT, "FAILED", task.result, at=started)
-    return quota_sync(state)
-
-
-def poll_pending_reviewed_state(tenancy, **instance) -> State:
-    """Round 2's query was UNKNOWN, then reviewed SUCCEEDED with a PENDING answer, consumed: in review."""
-    state = instance_make(tenancy, [POLL_STEP], **instance)
-    activation = _poll_activation(state, state_=ActivationState.NEEDS_REVIEW, used_rounds=2, classification="PENDING")
-    _pending_round(state, activation, 1)
-    task, started = _poll_round(state, activation, 2, task_state=TaskState.SUCCEEDED, attempts=[AttemptState.UNKNOWN])
-    result_event_add(state, task, ResultKind.UNKNOWN, at=started)
-    task.result, task.outcome, task.review_conclusion, task.execution_settled = (
-        PENDING_ANSWER,
-        "SUCCEEDED",
-        "SUCCEEDED",
-        True,
-    )
-    task.save()
-    state.reviewed_event = result_event_add(
-        state, task, ResultKind.REVIEWED, "SUCCEEDED", PENDING_ANSWER, at=started + dt.timedelta(minutes=1)
-    )
-    activation.verified_outcome, activation.verified_result = "SUCCEEDED", PENDING_ANSWER
-    activation.save()
-    return quota_sync(state)
-
-
-def poll_rounds_exhausted_state(tenancy, **instance) -> State:
-    """Every round answered PENDING: rounds exhausted, in review."""
-    state = instance_make(tenancy, [POLL_STEP], **instance)
-    activation = _poll_activation(
-        state, state_=ActivationState.NEEDS_REVIEW, used_rounds=POLL_STEP["max_rounds"], classification="PENDING"
-    )
-    for number in range(1, POLL_STEP["max_rounds"] + 1):
-        _pending_round(state, activation, number)
-    return quota_sync(state)
 
 
 def poll_final_signal_violation_state(tenancy, **instance) -> State:
