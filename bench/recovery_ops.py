@@ -5,7 +5,7 @@
 
 Creates the database if it is missing and migrates it. For each operation and client count it
 builds --instances distinct instances in the state the operation succeeds on (the builders of
-tests/recovery/states.py, the states the recovery tests prove the operations on) for ours and as
+tests/states.py, the states the recovery tests prove the operations on) for ours and as
 many for the floor, all before the timed part. The clients are threads with one database
 connection each (one credential each, as separate API clients), released together; each runs
 its share of the instances one after another.

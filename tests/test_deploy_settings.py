@@ -21,7 +21,7 @@ from django.urls import reverse
 
 from history.models import Scope
 from tests.conftest import bearer
-from tests.recovery.states import task_unknown_state
+from tests.states import task_unknown_state
 
 ROOT = Path(__file__).resolve().parent.parent
 STRONG_KEY = secrets.token_urlsafe(50)

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from tests.recovery.digest import history_digest
-from tests.recovery.states import task_unknown_state
+from tests.states import task_unknown_state
 
 pytestmark = pytest.mark.django_db
 

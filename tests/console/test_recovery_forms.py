@@ -7,7 +7,7 @@ from history.models import Scope, Task, TaskState, WorkflowOperation
 from recovery.operations import step_retry
 from tests.recovery import requests as rq
 from tests.recovery.digest import history_digest
-from tests.recovery.states import task_failed_state, task_unknown_state
+from tests.states import task_failed_state, task_unknown_state
 
 pytestmark = pytest.mark.django_db
 

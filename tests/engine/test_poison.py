@@ -35,7 +35,7 @@ from history.models import (
     WorkflowDefinition,
     WorkflowInstance,
 )
-from tests.engine import states
+from tests import states
 from tests.engine.conftest import StoppingRecorder, task_step
 
 CONTRACT = {"type": "object", "properties": {"n": {"type": "integer"}}}

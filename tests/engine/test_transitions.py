@@ -31,8 +31,8 @@ from history.models import (
     WorkflowInstance,
 )
 from tests.engine.conftest import task_step
-from tests.engine.states import SIGNAL
 from tests.engine.test_poll import poll_step
+from tests.states import SIGNAL
 
 
 def _failed_task_step(engine, max_attempts=3):

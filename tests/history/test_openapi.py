@@ -27,12 +27,12 @@ from history.models import (
     WorkflowInstance,
 )
 from recovery.operations import SERVICES
+from tests import states
 from tests.conftest import bearer
 from tests.engine.conftest import Engine
 from tests.factories import AttemptFactory, SignalFactory, activate, step_of
 from tests.history.conftest import ENDPOINTS
 from tests.recovery import requests as rq
-from tests.recovery import states
 
 T0 = dt.datetime(2026, 9, 18, 8, 0, 0, tzinfo=dt.UTC)
 OPERATIONS = {

@@ -5,10 +5,10 @@ import json
 import pytest
 
 from core import exactjson
-from history.models import Queue, Scope, WorkflowOperation
+from history.models import Queue, Scope
+from tests import states
 from tests.conftest import bearer
 from tests.recovery import requests as rq
-from tests.recovery import states
 from tests.recovery.digest import history_digest
 
 pytestmark = pytest.mark.django_db
@@ -39,11 +39,12 @@ def _error(response) -> dict:
 
 def test_a_committed_operation_answers_its_receipt_in_the_envelope(api, tenancy, recover_token):
     state = states.task_unknown_state(tenancy)
+    revision = state.instance.revision
     response = _post(api, recover_token.token, state, "review-task", rq.review(state))
     assert response.status_code == 200 and "Idempotent-Replayed" not in response
     data = json.loads(response.content)["data"]
-    audit = WorkflowOperation.objects.get(workflow=state.instance)
-    assert data["operation_id"] == audit.operation_id and data["revision"] == "21"
+    audit = state.operations().get()
+    assert data["operation_id"] == audit.operation_id and data["revision"] == str(revision + 1)
     assert audit.request_id == response["X-Request-Id"]
 
 
@@ -86,7 +87,9 @@ def test_a_body_that_is_not_a_json_object_is_400(api, tenancy, recover_token, ra
 
 def test_a_revision_sent_as_a_json_number_is_400_naming_the_field(api, tenancy, recover_token):
     state = states.task_unknown_state(tenancy)
-    raw = exactjson.dumps(rq.continue_(state)).replace('"expected_revision":"20"', '"expected_revision":20')
+    raw = exactjson.dumps(rq.continue_(state)).replace(
+        f'"expected_revision":"{state.instance.revision}"', f'"expected_revision":{state.instance.revision}'
+    )
     response = _post(api, recover_token.token, state, "continue", None, raw=raw)
     assert response.status_code == 400 and _error(response)["field"] == "expected_revision"
 

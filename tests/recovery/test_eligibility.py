@@ -5,8 +5,8 @@ import pytest
 from history.models import InstanceState, Task, WorkflowInstance
 from recovery.eligibility import instance_eligibility, operation_preview
 from recovery.operations import step_retry
+from tests import states
 from tests.recovery import requests as rq
-from tests.recovery import states
 from tests.recovery.digest import assert_refused, history_digest
 
 pytestmark = pytest.mark.django_db
@@ -24,7 +24,8 @@ def test_eligibility_offers_retry_with_its_preview_and_explains_every_refusal(te
     assert preview["new_activation"]["sequence"] == 2
     assert preview["attempt_budget"] == {"used": 2, "remaining": 1}
     assert preview["deadlines_kept"]["deadline_at"].endswith("Z")
-    assert preview["instance"]["revision"] == {"before": "20", "after": "21"}
+    revision = state.instance.revision
+    assert preview["instance"]["revision"] == {"before": str(revision), "after": str(revision + 1)}
     assert preview["instance"]["state"] == {"before": "NEEDS_REVIEW", "after": "NEEDS_REVIEW"}
     assert charge["review-task"]["possible"] is False and "NEEDS_REVIEW" in charge["review-task"]["reason"]
     assert charge["continue-poll"] == {

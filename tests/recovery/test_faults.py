@@ -3,10 +3,10 @@
 import pytest
 from django.db import DatabaseError, connection
 
-from history.models import ResultEvent, WorkflowOperation
+from history.models import ResultEvent
 from recovery.operations import task_review
+from tests import states
 from tests.recovery import requests as rq
-from tests.recovery import states
 from tests.recovery.digest import FaultAt, history_digest
 
 
@@ -43,7 +43,7 @@ def test_a_failing_result_stream_write_rolls_back_a_committed_review(tenancy, re
     with pytest.raises(DatabaseError), connection.execute_wrapper(FaultAt(len(counted.writes))):
         rq.run(task_review, recoverer, state, rq.review(state), key="fault")
     assert history_digest() == before
-    assert not WorkflowOperation.objects.filter(workflow=state.instance).exists()
+    assert not state.operations().exists()
     assert ResultEvent.objects.filter(task=state.task).count() == 1
 
 

@@ -15,11 +15,10 @@ from history.models import (
     TaskState,
     Wait,
     WorkflowInstance,
-    WorkflowOperation,
 )
 from recovery.operations import step_resolve, step_retry, task_review
+from tests import states
 from tests.recovery import requests as rq
-from tests.recovery import states
 from tests.recovery.digest import assert_refused
 
 
@@ -54,7 +53,7 @@ def test_resolve_step_saves_the_conclusion_on_the_current_activation_and_step(te
 def test_resolve_step_audits_the_previous_state_output_and_a_digest_of_the_result(tenancy, recoverer):
     state = states.task_reviewed_state(tenancy, conclusion="FAILED")
     rq.run(step_resolve, recoverer, state, rq.resolve(state, conclusion="FAILED", result="card declined"))
-    audit = WorkflowOperation.objects.get(workflow=state.instance)
+    audit = state.operations().get()
     assert audit.action == "workflow.resolve_step" and audit.step_key == "charge"
     assert audit.before["step"]["state"] == "NEEDS_REVIEW" and audit.before["activation"]["output"] is None
     assert audit.after["step"]["state"] == "FAILED" and len(audit.after["step"]["result_digest"]) == 64

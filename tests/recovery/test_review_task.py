@@ -20,11 +20,10 @@ from history.models import (
     Task,
     TaskState,
     WorkflowInstance,
-    WorkflowOperation,
 )
 from recovery.operations import task_review
+from tests import states
 from tests.recovery import requests as rq
-from tests.recovery import states
 from tests.recovery.digest import assert_refused
 
 pytestmark = pytest.mark.django_db
@@ -58,7 +57,11 @@ def test_review_task_does_not_resolve_the_step_or_lift_the_instance_review(tenan
     receipt = rq.run(task_review, recoverer, state, rq.review(state))
     step, activation = Step.objects.get(pk=state.step.pk), Activation.objects.get(pk=state.activation.pk)
     assert (step.state, step.revision, step.output) == (step_before.state, step_before.revision, None)
-    assert (activation.state, activation.revision, activation.verified_outcome) == ("NEEDS_REVIEW", 3, "")
+    assert (activation.state, activation.revision, activation.verified_outcome) == (
+        "NEEDS_REVIEW",
+        activation_before.revision,
+        "",
+    )
     instance = WorkflowInstance.objects.get(pk=state.instance.pk)
     assert instance.state == "NEEDS_REVIEW" and receipt.data["state"] == "NEEDS_REVIEW"
     assert not Gate.objects.get(pk=instance.pk).open
@@ -68,7 +71,7 @@ def test_review_task_does_not_resolve_the_step_or_lift_the_instance_review(tenan
 def test_review_task_writes_an_execution_audit_that_the_workflow_audit_references(tenancy, recoverer):
     state = states.task_unknown_state(tenancy)
     receipt = rq.run(task_review, recoverer, state, rq.review(state))
-    workflow_audit = WorkflowOperation.objects.get(workflow=state.instance)
+    workflow_audit = state.operations().get()
     execution_audit = ExecutionAudit.objects.get(task=state.task)
     assert workflow_audit.execution_audit_id == execution_audit.id
     assert workflow_audit.operation_id != execution_audit.operation_id

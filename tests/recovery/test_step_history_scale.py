@@ -21,8 +21,8 @@ from history.models import (
     TaskState,
 )
 from recovery.eligibility import instance_eligibility, operation_preview
+from tests import states
 from tests.recovery import requests as rq
-from tests.recovery import states
 
 pytestmark = pytest.mark.django_db
 SHORT, LONG = 50, 5000

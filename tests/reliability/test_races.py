@@ -45,11 +45,11 @@ from history.models import (
 )
 from history.tenancy import namespace_ensure
 from recovery.operations import OPERATIONS, SERVICES
+from tests import states
 from tests.conftest import bearer
 from tests.engine.conftest import Engine, task_step
 from tests.engine.test_poll import poll_step
 from tests.recovery import requests as rq
-from tests.recovery import states
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -176,6 +176,7 @@ def test_one_key_from_32_clients_makes_one_effect_and_32_byte_identical_receipts
 ):
     state = make(tenancy)
     command = build(state)
+    revision = state.instance.revision
     clients, send = _clients(issue_token, transport, CLIENTS), _send(transport)
     outcomes = _assert_only_outcomes(
         _concurrently(lambda i: send(service, clients[i], state.instance.id, command, "same"), CLIENTS)
@@ -183,8 +184,8 @@ def test_one_key_from_32_clients_makes_one_effect_and_32_byte_identical_receipts
     assert {(o.status, o.code) for o in outcomes} == {(200, None)}
     assert len({o.data for o in outcomes}) == 1
     assert sorted(o.replayed for o in outcomes) == [False] + [True] * (CLIENTS - 1)
-    assert WorkflowOperation.objects.filter(workflow=state.instance).count() == 1
-    assert WorkflowInstance.objects.get(pk=state.instance.pk).revision == states.INSTANCE_REVISION + 1
+    assert state.operations().count() == 1
+    assert WorkflowInstance.objects.get(pk=state.instance.pk).revision == revision + 1
     assert IdempotencyReceipt.objects.filter(key="same").count() == 1
     states.assert_invariants(state)
 
@@ -201,6 +202,7 @@ def test_16_keys_on_one_revision_make_exactly_one_success_and_one_audit(
 ):
     state = make(tenancy)
     command = build(state)
+    revision = state.instance.revision
     clients = _clients(issue_token, "service", KEYS)
     outcomes = _assert_only_outcomes(
         _concurrently(lambda i: _by_service(service, clients[i], state.instance.id, command, f"key-{i}"), KEYS)
@@ -209,9 +211,9 @@ def test_16_keys_on_one_revision_make_exactly_one_success_and_one_audit(
     assert sorted((o.code or "", o.status) for o in outcomes) == [("", 200)] + [
         (refusal, 409 if refusal == "ABORTED" else 400)
     ] * (KEYS - 1)
-    assert WorkflowOperation.objects.filter(workflow=state.instance).count() == 1
-    assert IdempotencyReceipt.objects.filter(workflow_id=state.instance.id).count() == 1
-    assert WorkflowInstance.objects.get(pk=state.instance.pk).revision == states.INSTANCE_REVISION + 1
+    assert state.operations().count() == 1
+    assert state.receipts().count() == 1
+    assert WorkflowInstance.objects.get(pk=state.instance.pk).revision == revision + 1
     states.assert_invariants(state)
 
 
@@ -269,7 +271,7 @@ def test_pause_or_resume_racing_a_recovery_operation_lets_exactly_one_win(
     assert sorted([recovered.code or "", controlled.code or ""]) == ["", "ABORTED"]
     after = WorkflowInstance.objects.get(pk=before.pk)
     assert (after.revision, after.control_revision) == (before.revision + 1, before.control_revision + 1)
-    actions = list(WorkflowOperation.objects.filter(workflow_id=before.id).values_list("action", flat=True))
+    actions = list(state.operations().values_list("action", flat=True))
     if recovered.code is None:
         TALLY["operation won"] += 1
         assert actions == [OPERATIONS[API_NAME[service]].action] and after.paused == before.paused

@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, settings
 from schemathesis.generation import GenerationMode
 
 from history.models import Scope
+from tests import states
 from tests.engine.conftest import Engine, task_step
-from tests.recovery import states
 
 pytestmark = pytest.mark.django_db
 

@@ -56,7 +56,7 @@ from tests.factories import (
 )
 from tests.recovery import requests as rq
 from tests.recovery.digest import history_digest
-from tests.recovery.states import task_unknown_state
+from tests.states import task_unknown_state
 
 pytestmark = pytest.mark.django_db
 
