@@ -55,7 +55,7 @@ from history.models import Scope  # noqa: E402
 from history.tenancy import namespace_ensure  # noqa: E402
 from recovery.operations import SERVICES  # noqa: E402
 from tests.recovery import requests as rq  # noqa: E402
-from tests.recovery import states  # noqa: E402
+from tests import states  # noqa: E402
 
 TARGET = 3.0
 # Each operation: its display name, the command builder and the state it succeeds on.
