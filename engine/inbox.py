@@ -14,6 +14,7 @@ from engine.activation import wait_create
 from engine.advance import continuation_create
 from engine.definitions import contract_violation, poll_classify
 from engine.incidents import open_instance_ids
+from engine.poll import NoRound, poll_next_round
 from engine.signals import signal_spec_of, wait_satisfy, wait_winner
 from engine.state import FINISHED, instance_enter_review, touch
 from history.locking import Level, LockSet, atomic_with_retry
@@ -290,9 +291,9 @@ def _apply_poll_answer(
             reason=f"poll step {step.key} classified its answer FAILED",
         )
     else:
-        next_round_at = event.created_at + dt.timedelta(seconds=activation.interval_seconds)
-        if activation.used_rounds >= activation.max_rounds or next_round_at >= activation.poll_deadline_at:
-            why = "rounds exhausted" if activation.used_rounds >= activation.max_rounds else "poll deadline reached"
+        next_round = poll_next_round(activation, answered_at=event.created_at)
+        if next_round.refusal is not None:
+            why = "rounds exhausted" if next_round.refusal == NoRound.ROUNDS_USED else "poll deadline reached"
             _review(
                 graph,
                 (activation, ActivationState.NEEDS_REVIEW),
@@ -301,7 +302,7 @@ def _apply_poll_answer(
             )
         else:
             activation.state = ActivationState.WAITING
-            activation.next_round_at = next_round_at
+            activation.next_round_at = next_round.due_at
             step.state = StepState.WAITING
     return Disposition.APPLIED
 

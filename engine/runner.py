@@ -19,6 +19,7 @@ from engine.activation import poll_round_start
 from engine.advance import continuation_create, continuations_apply, instance_lock_graph
 from engine.inbox import inbox_consume_next, inbox_head_id, instances_with_pending_records
 from engine.incidents import Item, error_class_of, isolated, open_item_ids
+from engine.poll import poll_deadline_passed
 from engine.quota import permit_release, quota_lock_for_task
 from engine.results import result_event_publish
 from engine.signals import buffered_waits, wait_satisfy, wait_winner
@@ -277,7 +278,7 @@ def _poll_round(instance_id: str, activation_id: str) -> bool:
         or activation.next_round_at > now
     ):
         return False
-    if now >= activation.poll_deadline_at:
+    if poll_deadline_passed(activation, now):
         activation.state = ActivationState.NEEDS_REVIEW
         step.state = StepState.NEEDS_REVIEW
         instance_enter_review(instance=instance, gate=gate, reason=f"poll step {step.key} passed its poll deadline")
