@@ -16,7 +16,7 @@ from engine.definitions import contract_violation, poll_classify
 from engine.incidents import open_instance_ids
 from engine.poll import NoRound, poll_next_round
 from engine.signals import signal_spec_of, wait_satisfy, wait_winner
-from engine.state import FINISHED, instance_enter_review, touch
+from engine.state import FINISHED, instance_enter_review, step_enter_review, touch
 from history.locking import Level, LockSet, atomic_with_retry
 from history.models import (
     Activation,
@@ -56,10 +56,17 @@ class _Graph:
     definition: WorkflowDefinition
 
 
-def _review(graph: _Graph, *rows_and_states, reason: str) -> None:
-    for row, state in rows_and_states:
-        row.state = state
-    instance_enter_review(instance=graph.instance, gate=graph.gate, reason=reason)
+def _review(graph: _Graph, step: Step, activation: Activation, *, reason: str) -> None:
+    step_enter_review(instance=graph.instance, gate=graph.gate, step=step, activation=activation, reason=reason)
+
+
+def _fail(graph: _Graph, step: Step, activation: Activation, output: str, now: dt.datetime, *, reason: str) -> None:
+    """A failed answer ends the activation with it as output; the step FAILED, the instance in review."""
+    activation.output = output
+    activation.completed_at = now
+    step_enter_review(
+        instance=graph.instance, gate=graph.gate, step=step, activation=activation, reason=reason, failed=True
+    )
 
 
 def _result_sources(record: InboxRecord, instance: WorkflowInstance, definition: WorkflowDefinition):
@@ -208,17 +215,17 @@ def _apply_result(
     if event.kind == ResultKind.UNKNOWN:
         _review(
             graph,
-            (activation, ActivationState.NEEDS_REVIEW),
-            (step, StepState.NEEDS_REVIEW),
+            step,
+            activation,
             reason=f"the outcome of task {task.id} of step {step.key} is unknown (lease expired)",
         )
     elif event.outcome != "SUCCEEDED":
-        activation.output = event.result
-        activation.completed_at = now
-        _review(
+        _fail(
             graph,
-            (activation, ActivationState.FAILED),
-            (step, StepState.FAILED),
+            step,
+            activation,
+            event.result,
+            now,
             reason=f"task {task.id} of step {step.key} failed",
         )
     elif spec["kind"] == StepKind.TASK:
@@ -237,8 +244,8 @@ def _succeed(graph: _Graph, step: Step, activation: Activation, spec: dict, outp
         activation.output = output
         _review(
             graph,
-            (activation, ActivationState.NEEDS_REVIEW),
-            (step, StepState.NEEDS_REVIEW),
+            step,
+            activation,
             reason=f"the result of step {step.key} breaks its contract: {violation}",
         )
         return Disposition.CONTRACT_VIOLATION
@@ -259,8 +266,8 @@ def _apply_poll_answer(
     if classification is None:
         _review(
             graph,
-            (activation, ActivationState.NEEDS_REVIEW),
-            (step, StepState.NEEDS_REVIEW),
+            step,
+            activation,
             reason=f"the answer of poll step {step.key} matches no classification",
         )
         return Disposition.APPLIED
@@ -282,12 +289,12 @@ def _apply_poll_answer(
             deadline_at=now + dt.timedelta(seconds=final["deadline_seconds"]),
         )
     elif classification == "FAILED":
-        activation.output = event.result
-        activation.completed_at = now
-        _review(
+        _fail(
             graph,
-            (activation, ActivationState.FAILED),
-            (step, StepState.FAILED),
+            step,
+            activation,
+            event.result,
+            now,
             reason=f"poll step {step.key} classified its answer FAILED",
         )
     else:
@@ -296,8 +303,8 @@ def _apply_poll_answer(
             why = "rounds exhausted" if next_round.refusal == NoRound.ROUNDS_USED else "poll deadline reached"
             _review(
                 graph,
-                (activation, ActivationState.NEEDS_REVIEW),
-                (step, StepState.NEEDS_REVIEW),
+                step,
+                activation,
                 reason=f"poll step {step.key}: still PENDING, {why}",
             )
         else:

@@ -23,7 +23,7 @@ from engine.poll import poll_deadline_passed
 from engine.quota import permit_release, quota_lock_for_task
 from engine.results import result_event_publish
 from engine.signals import buffered_waits, wait_satisfy, wait_winner
-from engine.state import gate_sync, instance_enter_review, touch
+from engine.state import gate_sync, step_enter_review, touch
 from engine.stop import instance_stop_settle
 from engine.worker import task_lease_expire
 from history.locking import Level, LockSet, atomic_with_retry
@@ -161,9 +161,7 @@ def _with_wait(instance_id: str, wait_id: str, apply: Callable) -> bool:
 
 def _wait_review(instance, gate, step, activation, wait, reason: str) -> None:
     wait.state = WaitState.NEEDS_REVIEW if wait.kind == WaitKind.TIMER else WaitState.EXPIRED
-    activation.state = ActivationState.NEEDS_REVIEW
-    step.state = StepState.NEEDS_REVIEW
-    instance_enter_review(instance=instance, gate=gate, reason=reason)
+    step_enter_review(instance=instance, gate=gate, step=step, activation=activation, reason=reason)
 
 
 def _fire_timer(instance, gate, step, activation, wait, spec, now) -> bool:
@@ -279,9 +277,8 @@ def _poll_round(instance_id: str, activation_id: str) -> bool:
     ):
         return False
     if poll_deadline_passed(activation, now):
-        activation.state = ActivationState.NEEDS_REVIEW
-        step.state = StepState.NEEDS_REVIEW
-        instance_enter_review(instance=instance, gate=gate, reason=f"poll step {step.key} passed its poll deadline")
+        reason = f"poll step {step.key} passed its poll deadline"
+        step_enter_review(instance=instance, gate=gate, step=step, activation=activation, reason=reason)
     elif (
         poll_round_start(
             locks=locks, quota=quota, instance=instance, activation=activation, spec=definition.step_spec(step.key)

@@ -4,7 +4,7 @@ import datetime as dt
 
 from django.db import models
 
-from history.models import Gate, InstanceState, StepState, WorkflowInstance
+from history.models import Activation, ActivationState, Gate, InstanceState, Step, StepState, WorkflowInstance
 
 
 def touch(row: models.Model, now: dt.datetime, **changes) -> None:
@@ -46,6 +46,16 @@ def instance_enter_review(*, instance: WorkflowInstance, gate: Gate, reason: str
         instance.state = InstanceState.NEEDS_REVIEW
         instance.review_reason = reason[:1024]
     gate_sync(gate=gate, instance=instance)
+
+
+def step_enter_review(
+    *, instance: WorkflowInstance, gate: Gate, step: Step, activation: Activation, reason: str, failed: bool = False
+) -> None:
+    """The step and its current activation stop — NEEDS_REVIEW, or FAILED when ``failed`` — and the instance
+    enters review with ``reason``. The caller saves the rows (``touch``)."""
+    activation.state = ActivationState.FAILED if failed else ActivationState.NEEDS_REVIEW
+    step.state = StepState.FAILED if failed else StepState.NEEDS_REVIEW
+    instance_enter_review(instance=instance, gate=gate, reason=reason)
 
 
 def instance_review_lift(

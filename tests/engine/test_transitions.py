@@ -9,7 +9,7 @@ from core import clock
 from engine.activation import activation_retry, activation_superseded_state, wait_supersede
 from engine.advance import continuation_create
 from engine.budget import Budget, attempt_budget, attempts_left, link_max_attempts
-from engine.state import instance_control_touch, instance_review_lift, touch
+from engine.state import instance_control_touch, instance_review_lift, step_enter_review, touch
 from engine.worker import task_settle_reviewed
 from history.locking import Level, LockSet
 from history.models import (
@@ -93,6 +93,20 @@ def test_only_an_instance_in_review_is_lifted(engine):
     gate = Gate.objects.get(pk=instance.pk)
     with pytest.raises(AssertionError):
         instance_review_lift(instance=instance, gate=gate, state=InstanceState.RUNNING, stop_kind=None, stop_reason="")
+
+
+def test_a_step_entering_review_takes_its_activation_along_and_closes_the_gate(engine):
+    for failed, state in ((False, "NEEDS_REVIEW"), (True, "FAILED")):
+        instance = engine.start(engine.define([task_step("a")]))
+        engine.settle()
+        gate = Gate.objects.get(pk=instance.pk)
+        step = Step.objects.get(instance=instance, key="a")
+        activation = Activation.objects.get(step=step)
+        step_enter_review(instance=instance, gate=gate, step=step, activation=activation, reason="why", failed=failed)
+        assert (step.state, activation.state) == (state, state)
+        assert (instance.state, instance.review_reason) == ("NEEDS_REVIEW", "why")
+        assert not Gate.objects.get(pk=instance.pk).open  # the gate is saved; the caller saves the rest
+        assert Step.objects.get(pk=step.pk).state == "ACTIVE"
 
 
 def test_a_continuation_is_returned_with_the_callers_time(engine):
