@@ -220,14 +220,7 @@ def _apply_result(
             reason=f"the outcome of task {task.id} of step {step.key} is unknown (lease expired)",
         )
     elif event.outcome != "SUCCEEDED":
-        _fail(
-            graph,
-            step,
-            activation,
-            event.result,
-            now,
-            reason=f"task {task.id} of step {step.key} failed",
-        )
+        _fail(graph, step, activation, event.result, now, reason=f"task {task.id} of step {step.key} failed")
     elif spec["kind"] == StepKind.TASK:
         disposition = _succeed(graph, step, activation, spec, event.result, now)
     else:
@@ -242,12 +235,7 @@ def _succeed(graph: _Graph, step: Step, activation: Activation, spec: dict, outp
     violation = contract_violation(step_spec=spec, value_text=output)
     if violation is not None:
         activation.output = output
-        _review(
-            graph,
-            step,
-            activation,
-            reason=f"the result of step {step.key} breaks its contract: {violation}",
-        )
+        _review(graph, step, activation, reason=f"the result of step {step.key} breaks its contract: {violation}")
         return Disposition.CONTRACT_VIOLATION
     activation.state = ActivationState.SUCCEEDED
     activation.output = output
@@ -264,12 +252,7 @@ def _apply_poll_answer(
     """Classify a query task's successful answer by the fixed mapping (a query's success is not the business result)."""
     classification = poll_classify(step_spec=spec, result_text=event.result)
     if classification is None:
-        _review(
-            graph,
-            step,
-            activation,
-            reason=f"the answer of poll step {step.key} matches no classification",
-        )
+        _review(graph, step, activation, reason=f"the answer of poll step {step.key} matches no classification")
         return Disposition.APPLIED
     activation.used_rounds += 1
     activation.last_round_classification = classification
@@ -289,24 +272,12 @@ def _apply_poll_answer(
             deadline_at=now + dt.timedelta(seconds=final["deadline_seconds"]),
         )
     elif classification == "FAILED":
-        _fail(
-            graph,
-            step,
-            activation,
-            event.result,
-            now,
-            reason=f"poll step {step.key} classified its answer FAILED",
-        )
+        _fail(graph, step, activation, event.result, now, reason=f"poll step {step.key} classified its answer FAILED")
     else:
         next_round = poll_next_round(activation, answered_at=event.created_at)
         if next_round.refusal is not None:
             why = "rounds exhausted" if next_round.refusal == NoRound.ROUNDS_USED else "poll deadline reached"
-            _review(
-                graph,
-                step,
-                activation,
-                reason=f"poll step {step.key}: still PENDING, {why}",
-            )
+            _review(graph, step, activation, reason=f"poll step {step.key}: still PENDING, {why}")
         else:
             activation.state = ActivationState.WAITING
             activation.next_round_at = next_round.due_at
