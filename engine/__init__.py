@@ -11,8 +11,9 @@ the rows it changes already locked in the order of ``history.locking`` unless it
 - advance: ``continuation_create`` (the runner then advances), ``instance_advance``,
   ``instance_lock_graph``
 - state: ``touch`` (revision bump), ``gate_sync``, ``instance_enter_review``, ``step_enter_review``,
-  ``instance_review_lift``, ``instance_control_touch``
-- poll: ``poll_next_round``, ``poll_rounds_left``, ``poll_deadline_passed`` (the next-round rule)
+  ``step_conclude`` (the operator's conclusion), ``instance_review_lift``, ``instance_control_touch``
+- poll: ``poll_next_round``, ``poll_rounds_left``, ``poll_deadline_passed`` (the next-round rule),
+  ``poll_round_await`` (the operator's confirmed PENDING)
 - worker: ``task_settle_reviewed`` (the operator's verified outcome)
 - definitions: ``contract_violation``, ``poll_classify``; signals: ``signal_spec_of``
 - own transactions: ``stop.instance_stop_settle``, ``inbox.inbox_consume_next``,

@@ -1,4 +1,4 @@
-"""The POLL rule for a next round: rounds left, the total query deadline, and when the round is due.
+"""A POLL step's next round: rounds left, the total query deadline, when the round is due, and the wait for it.
 
 After a PENDING answer the next round is due at the creation of the result event that carried the
 answer plus the frozen interval — never "now + interval". It needs a round left (used < max) and
@@ -12,7 +12,8 @@ import datetime as dt
 from dataclasses import dataclass
 from enum import StrEnum
 
-from history.models import Activation
+from engine.state import touch
+from history.models import Activation, ActivationState, Step, StepState
 
 
 class NoRound(StrEnum):
@@ -59,3 +60,12 @@ def poll_next_round(activation: Activation, *, answered_at: dt.datetime, now: dt
     if refusal is None and activation.poll_deadline_at is not None and due_at >= activation.poll_deadline_at:
         refusal = NoRound.DUE_AFTER_DEADLINE
     return NextRound(due_at=due_at, refusal=refusal)
+
+
+def poll_round_await(*, step: Step, activation: Activation, due_at: dt.datetime, now: dt.datetime) -> None:
+    """An operator's confirmed PENDING: the activation and step WAITING again for the next round at ``due_at``.
+
+    Nothing is queried again and the instance stays in review. Saves both rows.
+    """
+    touch(activation, now, state=ActivationState.WAITING, next_round_at=due_at)
+    touch(step, now, state=StepState.WAITING)

@@ -58,6 +58,23 @@ def step_enter_review(
     instance_enter_review(instance=instance, gate=gate, reason=reason)
 
 
+def step_conclude(
+    *, step: Step, activation: Activation, conclusion: str, output: str | None, resolution: dict, now: dt.datetime
+) -> None:
+    """An operator's conclusion of a step in review: step and current activation take ``conclusion``
+    (SUCCEEDED or FAILED) with ``output`` and the ``resolution`` record; the activation keeps the time it
+    completed, if it had one. Saves both rows; the instance stays in review."""
+    touch(
+        activation,
+        now,
+        state=conclusion,
+        output=output,
+        resolution=resolution,
+        completed_at=activation.completed_at or now,
+    )
+    touch(step, now, state=conclusion, output=output, resolution=resolution)
+
+
 def instance_review_lift(
     *, instance: WorkflowInstance, gate: Gate, state: str, stop_kind: str | None, stop_reason: str
 ) -> None:

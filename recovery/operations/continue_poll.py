@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 from core.errors import FailedPrecondition, Unavailable
 from core.times import format_optional_time
-from engine.poll import NoRound, poll_next_round, poll_rounds_left
-from engine.state import touch
+from engine.poll import NoRound, poll_next_round, poll_round_await, poll_rounds_left
 from history.audits import activation_snapshot, step_snapshot
 from history.models import (
     Activation,
@@ -132,8 +131,7 @@ class ContinuePoll(Operation):
     def apply(self, ctx: Context, command: ContinuePollCommand, plan: ContinuePollPlan, *, operation_id: str) -> Effect:
         step, activation = plan.history.step, plan.history.current
         before = {"step": step_snapshot(step), "activation": activation_snapshot(activation)}
-        touch(activation, ctx.now, state=ActivationState.WAITING, next_round_at=plan.next_round_at)
-        touch(step, ctx.now, state=StepState.WAITING)
+        poll_round_await(step=step, activation=activation, due_at=plan.next_round_at, now=ctx.now)
         after = {
             "step": step_snapshot(step),
             "activation": activation_snapshot(activation) | {"next_round_at": format_optional_time(plan.next_round_at)},
