@@ -1,6 +1,6 @@
 """Every state transition of a workflow, for the background runner and for the operator's recovery alike.
 
-Functions other layers (recovery, admin) call; each runs inside the caller's transaction with
+Functions other layers (recovery, api, console) call; each runs inside the caller's transaction with
 the rows it changes already locked in the order of ``history.locking`` unless it says otherwise:
 
 - quota: ``quota_lock``, ``quota_lock_for_task``, ``permit_take``, ``permit_release``
@@ -10,8 +10,10 @@ the rows it changes already locked in the order of ``history.locking`` unless it
 - budget: ``attempt_budget``, ``attempts_left``, ``link_max_attempts``, ``predecessor_left_exactly``, ``Budget``
 - advance: ``continuation_create`` (the runner then advances), ``instance_advance``,
   ``instance_lock_graph``
-- state: ``touch`` (revision bump), ``gate_sync``, ``instance_enter_review``, ``instance_review_lift``,
-  ``instance_control_touch``
+- state: ``touch`` (revision bump), ``gate_sync``, ``instance_enter_review``, ``step_enter_review``,
+  ``step_conclude`` (the operator's conclusion), ``instance_review_lift``, ``instance_control_touch``
+- poll: ``poll_next_round``, ``poll_rounds_left``, ``poll_deadline_passed`` (the next-round rule),
+  ``poll_round_await`` (the operator's confirmed PENDING)
 - worker: ``task_settle_reviewed`` (the operator's verified outcome)
 - definitions: ``contract_violation``, ``poll_classify``; signals: ``signal_spec_of``
 - own transactions: ``stop.instance_stop_settle``, ``inbox.inbox_consume_next``,

@@ -14,8 +14,9 @@ from engine.activation import wait_create
 from engine.advance import continuation_create
 from engine.definitions import contract_violation, poll_classify
 from engine.incidents import open_instance_ids
+from engine.poll import NoRound, poll_next_round
 from engine.signals import signal_spec_of, wait_satisfy, wait_winner
-from engine.state import FINISHED, instance_enter_review, touch
+from engine.state import FINISHED, instance_enter_review, step_enter_review, touch
 from history.locking import Level, LockSet, atomic_with_retry
 from history.models import (
     Activation,
@@ -55,10 +56,17 @@ class _Graph:
     definition: WorkflowDefinition
 
 
-def _review(graph: _Graph, *rows_and_states, reason: str) -> None:
-    for row, state in rows_and_states:
-        row.state = state
-    instance_enter_review(instance=graph.instance, gate=graph.gate, reason=reason)
+def _review(graph: _Graph, step: Step, activation: Activation, *, reason: str) -> None:
+    step_enter_review(instance=graph.instance, gate=graph.gate, step=step, activation=activation, reason=reason)
+
+
+def _fail(graph: _Graph, step: Step, activation: Activation, output: str, now: dt.datetime, *, reason: str) -> None:
+    """A failed answer ends the activation with it as output; the step FAILED, the instance in review."""
+    activation.output = output
+    activation.completed_at = now
+    step_enter_review(
+        instance=graph.instance, gate=graph.gate, step=step, activation=activation, reason=reason, failed=True
+    )
 
 
 def _result_sources(record: InboxRecord, instance: WorkflowInstance, definition: WorkflowDefinition):
@@ -207,19 +215,12 @@ def _apply_result(
     if event.kind == ResultKind.UNKNOWN:
         _review(
             graph,
-            (activation, ActivationState.NEEDS_REVIEW),
-            (step, StepState.NEEDS_REVIEW),
+            step,
+            activation,
             reason=f"the outcome of task {task.id} of step {step.key} is unknown (lease expired)",
         )
     elif event.outcome != "SUCCEEDED":
-        activation.output = event.result
-        activation.completed_at = now
-        _review(
-            graph,
-            (activation, ActivationState.FAILED),
-            (step, StepState.FAILED),
-            reason=f"task {task.id} of step {step.key} failed",
-        )
+        _fail(graph, step, activation, event.result, now, reason=f"task {task.id} of step {step.key} failed")
     elif spec["kind"] == StepKind.TASK:
         disposition = _succeed(graph, step, activation, spec, event.result, now)
     else:
@@ -234,12 +235,7 @@ def _succeed(graph: _Graph, step: Step, activation: Activation, spec: dict, outp
     violation = contract_violation(step_spec=spec, value_text=output)
     if violation is not None:
         activation.output = output
-        _review(
-            graph,
-            (activation, ActivationState.NEEDS_REVIEW),
-            (step, StepState.NEEDS_REVIEW),
-            reason=f"the result of step {step.key} breaks its contract: {violation}",
-        )
+        _review(graph, step, activation, reason=f"the result of step {step.key} breaks its contract: {violation}")
         return Disposition.CONTRACT_VIOLATION
     activation.state = ActivationState.SUCCEEDED
     activation.output = output
@@ -256,12 +252,7 @@ def _apply_poll_answer(
     """Classify a query task's successful answer by the fixed mapping (a query's success is not the business result)."""
     classification = poll_classify(step_spec=spec, result_text=event.result)
     if classification is None:
-        _review(
-            graph,
-            (activation, ActivationState.NEEDS_REVIEW),
-            (step, StepState.NEEDS_REVIEW),
-            reason=f"the answer of poll step {step.key} matches no classification",
-        )
+        _review(graph, step, activation, reason=f"the answer of poll step {step.key} matches no classification")
         return Disposition.APPLIED
     activation.used_rounds += 1
     activation.last_round_classification = classification
@@ -281,27 +272,15 @@ def _apply_poll_answer(
             deadline_at=now + dt.timedelta(seconds=final["deadline_seconds"]),
         )
     elif classification == "FAILED":
-        activation.output = event.result
-        activation.completed_at = now
-        _review(
-            graph,
-            (activation, ActivationState.FAILED),
-            (step, StepState.FAILED),
-            reason=f"poll step {step.key} classified its answer FAILED",
-        )
+        _fail(graph, step, activation, event.result, now, reason=f"poll step {step.key} classified its answer FAILED")
     else:
-        next_round_at = event.created_at + dt.timedelta(seconds=activation.interval_seconds)
-        if activation.used_rounds >= activation.max_rounds or next_round_at >= activation.poll_deadline_at:
-            why = "rounds exhausted" if activation.used_rounds >= activation.max_rounds else "poll deadline reached"
-            _review(
-                graph,
-                (activation, ActivationState.NEEDS_REVIEW),
-                (step, StepState.NEEDS_REVIEW),
-                reason=f"poll step {step.key}: still PENDING, {why}",
-            )
+        next_round = poll_next_round(activation, answered_at=event.created_at)
+        if next_round.refusal is not None:
+            why = "rounds exhausted" if next_round.refusal == NoRound.ROUNDS_USED else "poll deadline reached"
+            _review(graph, step, activation, reason=f"poll step {step.key}: still PENDING, {why}")
         else:
             activation.state = ActivationState.WAITING
-            activation.next_round_at = next_round_at
+            activation.next_round_at = next_round.due_at
             step.state = StepState.WAITING
     return Disposition.APPLIED
 

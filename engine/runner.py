@@ -19,10 +19,11 @@ from engine.activation import poll_round_start
 from engine.advance import continuation_create, continuations_apply, instance_lock_graph
 from engine.inbox import inbox_consume_next, inbox_head_id, instances_with_pending_records
 from engine.incidents import Item, error_class_of, isolated, open_item_ids
+from engine.poll import poll_deadline_passed
 from engine.quota import permit_release, quota_lock_for_task
 from engine.results import result_event_publish
 from engine.signals import buffered_waits, wait_satisfy, wait_winner
-from engine.state import gate_sync, instance_enter_review, touch
+from engine.state import gate_sync, step_enter_review, touch
 from engine.stop import instance_stop_settle
 from engine.worker import task_lease_expire
 from history.locking import Level, LockSet, atomic_with_retry
@@ -160,9 +161,7 @@ def _with_wait(instance_id: str, wait_id: str, apply: Callable) -> bool:
 
 def _wait_review(instance, gate, step, activation, wait, reason: str) -> None:
     wait.state = WaitState.NEEDS_REVIEW if wait.kind == WaitKind.TIMER else WaitState.EXPIRED
-    activation.state = ActivationState.NEEDS_REVIEW
-    step.state = StepState.NEEDS_REVIEW
-    instance_enter_review(instance=instance, gate=gate, reason=reason)
+    step_enter_review(instance=instance, gate=gate, step=step, activation=activation, reason=reason)
 
 
 def _fire_timer(instance, gate, step, activation, wait, spec, now) -> bool:
@@ -277,10 +276,9 @@ def _poll_round(instance_id: str, activation_id: str) -> bool:
         or activation.next_round_at > now
     ):
         return False
-    if now >= activation.poll_deadline_at:
-        activation.state = ActivationState.NEEDS_REVIEW
-        step.state = StepState.NEEDS_REVIEW
-        instance_enter_review(instance=instance, gate=gate, reason=f"poll step {step.key} passed its poll deadline")
+    if poll_deadline_passed(activation, now):
+        reason = f"poll step {step.key} passed its poll deadline"
+        step_enter_review(instance=instance, gate=gate, step=step, activation=activation, reason=reason)
     elif (
         poll_round_start(
             locks=locks, quota=quota, instance=instance, activation=activation, spec=definition.step_spec(step.key)

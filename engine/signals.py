@@ -11,7 +11,7 @@ from core.identity import Identity
 from core.ids import MAX_UINT32
 from engine.advance import continuation_create
 from engine.definitions import contract_violation
-from engine.state import FINISHED, instance_enter_review, touch
+from engine.state import FINISHED, step_enter_review, touch
 from history import idempotency
 from history.audits import audit_write, signal_snapshot
 from history.idempotency import Receipt
@@ -215,13 +215,10 @@ def wait_satisfy(
     violation = contract_violation(step_spec=step_spec, value_text=signal.payload)
     if violation is not None:
         wait.state = WaitState.NEEDS_REVIEW
-        activation.state = ActivationState.NEEDS_REVIEW
-        step.state = StepState.NEEDS_REVIEW
         signal.state = SignalState.REJECTED
         signal.disposition = Disposition.CONTRACT_VIOLATION
-        instance_enter_review(
-            instance=instance, gate=gate, reason=f"signal {signal.id} breaks the contract of {step.key}: {violation}"
-        )
+        reason = f"signal {signal.id} breaks the contract of {step.key}: {violation}"
+        step_enter_review(instance=instance, gate=gate, step=step, activation=activation, reason=reason)
         disposition = Disposition.CONTRACT_VIOLATION
     else:
         wait.state = WaitState.SATISFIED

@@ -4,7 +4,7 @@ import datetime as dt
 
 from django.db import models
 
-from history.models import Gate, InstanceState, StepState, WorkflowInstance
+from history.models import Activation, ActivationState, Gate, InstanceState, Step, StepState, WorkflowInstance
 
 
 def touch(row: models.Model, now: dt.datetime, **changes) -> None:
@@ -46,6 +46,33 @@ def instance_enter_review(*, instance: WorkflowInstance, gate: Gate, reason: str
         instance.state = InstanceState.NEEDS_REVIEW
         instance.review_reason = reason[:1024]
     gate_sync(gate=gate, instance=instance)
+
+
+def step_enter_review(
+    *, instance: WorkflowInstance, gate: Gate, step: Step, activation: Activation, reason: str, failed: bool = False
+) -> None:
+    """The step and its current activation stop — NEEDS_REVIEW, or FAILED when ``failed`` — and the instance
+    enters review with ``reason``. The caller saves the rows (``touch``)."""
+    activation.state = ActivationState.FAILED if failed else ActivationState.NEEDS_REVIEW
+    step.state = StepState.FAILED if failed else StepState.NEEDS_REVIEW
+    instance_enter_review(instance=instance, gate=gate, reason=reason)
+
+
+def step_conclude(
+    *, step: Step, activation: Activation, conclusion: str, output: str | None, resolution: dict, now: dt.datetime
+) -> None:
+    """An operator's conclusion of a step in review: step and current activation take ``conclusion``
+    (SUCCEEDED or FAILED) with ``output`` and the ``resolution`` record; the activation keeps the time it
+    completed, if it had one. Saves both rows; the instance stays in review."""
+    touch(
+        activation,
+        now,
+        state=conclusion,
+        output=output,
+        resolution=resolution,
+        completed_at=activation.completed_at or now,
+    )
+    touch(step, now, state=conclusion, output=output, resolution=resolution)
 
 
 def instance_review_lift(

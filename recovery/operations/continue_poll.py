@@ -1,7 +1,8 @@
 """ContinuePoll: resume a POLL step's original wait after an authoritative PENDING.
 
-The next round is due at the creation of the result event that carried the PENDING answer plus
-the frozen interval — never "now + interval" — and must fall before the total query deadline.
+The next round follows the engine's POLL rule (``engine.poll``): due at the creation of the result
+event that carried the PENDING answer plus the frozen interval, with a round left, before the total
+query deadline, and — the operator continuing after the answer — with that deadline still ahead.
 The same round is never queried again; inbox dispositions are not rewritten; review stays.
 """
 
@@ -10,9 +11,10 @@ from dataclasses import dataclass
 
 from core.errors import FailedPrecondition, Unavailable
 from core.times import format_optional_time
-from engine.state import touch
+from engine.poll import NoRound, poll_next_round, poll_round_await, poll_rounds_left
 from history.audits import activation_snapshot, step_snapshot
 from history.models import (
+    Activation,
     ActivationState,
     Disposition,
     InboxRecord,
@@ -83,6 +85,18 @@ def _pending_carrier(ctx: Context, history: StepHistory) -> ResultEvent:
     return event
 
 
+def _refuse(activation: Activation, refusal: NoRound | None, *, due_at: dt.datetime | None = None) -> None:
+    """FAILED_PRECONDITION, in the operator's words, when the POLL rule allows no next round."""
+    if refusal == NoRound.ROUNDS_USED:
+        raise FailedPrecondition(f"all {activation.max_rounds} rounds are used: resolve the step instead")
+    if refusal == NoRound.DEADLINE_PASSED:
+        raise FailedPrecondition("the total query deadline has passed")
+    if refusal == NoRound.DUE_AFTER_DEADLINE:
+        raise FailedPrecondition(
+            f"the next round would be due at {format_optional_time(due_at)}, not before the total query deadline"
+        )
+
+
 class ContinuePoll(Operation):
     """Put a POLL step in review back into its original wait after a confirmed PENDING answer.
 
@@ -107,24 +121,17 @@ class ContinuePoll(Operation):
             raise FailedPrecondition(problem)
         if current.last_round_classification != "PENDING" or current.last_task_id is None:
             raise FailedPrecondition("the last round has no consumed PENDING classification to continue from")
-        if (current.used_rounds or 0) >= (current.max_rounds or 0):
-            raise FailedPrecondition(f"all {current.max_rounds} rounds are used: resolve the step instead")
-        if current.poll_deadline_at is not None and current.poll_deadline_at <= ctx.now:
-            raise FailedPrecondition("the total query deadline has passed")
+        # The limits are judged before the answer is looked up: a refusal needs no query.
+        _refuse(current, poll_rounds_left(current, now=ctx.now))
         event = _pending_carrier(ctx, history)
-        next_round_at = event.created_at + dt.timedelta(seconds=current.interval_seconds or 0)
-        if current.poll_deadline_at is not None and next_round_at >= current.poll_deadline_at:
-            raise FailedPrecondition(
-                f"the next round would be due at {format_optional_time(next_round_at)}, "
-                "not before the total query deadline"
-            )
-        return ContinuePollPlan(history=history, next_round_at=next_round_at)
+        next_round = poll_next_round(current, answered_at=event.created_at, now=ctx.now)
+        _refuse(current, next_round.refusal, due_at=next_round.due_at)
+        return ContinuePollPlan(history=history, next_round_at=next_round.due_at)
 
     def apply(self, ctx: Context, command: ContinuePollCommand, plan: ContinuePollPlan, *, operation_id: str) -> Effect:
         step, activation = plan.history.step, plan.history.current
         before = {"step": step_snapshot(step), "activation": activation_snapshot(activation)}
-        touch(activation, ctx.now, state=ActivationState.WAITING, next_round_at=plan.next_round_at)
-        touch(step, ctx.now, state=StepState.WAITING)
+        poll_round_await(step=step, activation=activation, due_at=plan.next_round_at, now=ctx.now)
         after = {
             "step": step_snapshot(step),
             "activation": activation_snapshot(activation) | {"next_round_at": format_optional_time(plan.next_round_at)},

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from core.errors import FailedPrecondition, InvalidArgument
-from engine.state import touch
+from engine.state import step_conclude
 from history.audits import activation_snapshot, step_snapshot
 from history.models import StepKind
 from recovery.commands import EXECUTION_SETTLED, NOT_NULL, ExactResult, StepDecision
@@ -106,15 +106,14 @@ class ResolveStep(Operation):
             "activation_id": activation.id,
             "actor_id": ctx.identity.actor_id,
         }
-        touch(
-            activation,
-            ctx.now,
-            state=command.conclusion,
+        step_conclude(
+            step=step,
+            activation=activation,
+            conclusion=command.conclusion,
             output=command.result.text,
             resolution=resolution,
-            completed_at=activation.completed_at or ctx.now,
+            now=ctx.now,
         )
-        touch(step, ctx.now, state=command.conclusion, output=command.result.text, resolution=resolution)
         after = {
             "step": step_snapshot(step) | {"output": None, "result_digest": command.result.digest},
             "activation": activation_snapshot(activation) | {"output": None},

@@ -4,6 +4,7 @@ from django.db import transaction
 
 from core import clock
 from engine.activation import poll_round_start
+from engine.poll import NextRound, NoRound, poll_next_round, poll_rounds_left
 from engine.quota import quota_lock
 from engine.runner import pass_poll_rounds
 from history.locking import LockSet
@@ -238,3 +239,25 @@ def test_a_round_can_be_reopened_with_the_remaining_attempts_and_its_original_de
         failed.id,
     )
     assert task.permit_held and PollRound.objects.filter(round=1).count() == 2
+
+
+def test_the_next_round_rule_is_judged_on_the_limits_first_then_on_the_due_time():
+    answered = clock.now()
+    limits = {"used_rounds": 1, "max_rounds": 3, "interval_seconds": 60}
+    activation = Activation(**limits, poll_deadline_at=answered + dt.timedelta(seconds=61))
+    assert poll_next_round(activation, answered_at=answered) == NextRound(answered + dt.timedelta(seconds=60), None)
+    activation.poll_deadline_at = answered + dt.timedelta(seconds=60)
+    assert poll_next_round(activation, answered_at=answered).refusal == NoRound.DUE_AFTER_DEADLINE
+    activation.used_rounds = 3
+    assert poll_next_round(activation, answered_at=answered).refusal == NoRound.ROUNDS_USED
+
+
+def test_an_operator_continuing_later_also_needs_the_deadline_ahead_of_now():
+    answered = clock.now()
+    activation = Activation(used_rounds=1, max_rounds=3, interval_seconds=60, poll_deadline_at=answered)
+    assert poll_rounds_left(activation) is None
+    assert poll_rounds_left(activation, now=answered) == NoRound.DEADLINE_PASSED
+    assert poll_next_round(activation, answered_at=answered, now=answered).refusal == NoRound.DEADLINE_PASSED
+    # Without limits: no round left, and no deadline to pass.
+    assert poll_rounds_left(Activation(), now=answered) == NoRound.ROUNDS_USED
+    assert poll_rounds_left(Activation(used_rounds=0, max_rounds=1), now=answered) is None

@@ -9,7 +9,8 @@ from core import clock
 from engine.activation import activation_retry, activation_superseded_state, wait_supersede
 from engine.advance import continuation_create
 from engine.budget import Budget, attempt_budget, attempts_left, link_max_attempts
-from engine.state import instance_control_touch, instance_review_lift, touch
+from engine.poll import poll_round_await
+from engine.state import instance_control_touch, instance_review_lift, step_conclude, step_enter_review, touch
 from engine.worker import task_settle_reviewed
 from history.locking import Level, LockSet
 from history.models import (
@@ -93,6 +94,58 @@ def test_only_an_instance_in_review_is_lifted(engine):
     gate = Gate.objects.get(pk=instance.pk)
     with pytest.raises(AssertionError):
         instance_review_lift(instance=instance, gate=gate, state=InstanceState.RUNNING, stop_kind=None, stop_reason="")
+
+
+def test_a_step_entering_review_takes_its_activation_along_and_closes_the_gate(engine):
+    for failed, state in ((False, "NEEDS_REVIEW"), (True, "FAILED")):
+        instance = engine.start(engine.define([task_step("a")]))
+        engine.settle()
+        gate = Gate.objects.get(pk=instance.pk)
+        step = Step.objects.get(instance=instance, key="a")
+        activation = Activation.objects.get(step=step)
+        step_enter_review(instance=instance, gate=gate, step=step, activation=activation, reason="why", failed=failed)
+        assert (step.state, activation.state) == (state, state)
+        assert (instance.state, instance.review_reason) == ("NEEDS_REVIEW", "why")
+        assert not Gate.objects.get(pk=instance.pk).open  # the gate is saved; the caller saves the rest
+        assert Step.objects.get(pk=step.pk).state == "ACTIVE"
+
+
+def test_an_operators_conclusion_ends_step_and_activation_keeping_the_completion_time(engine):
+    instance, step = _failed_task_step(engine)
+    activation = Activation.objects.get(pk=step.current_activation_id)
+    completed, revisions = activation.completed_at, (step.revision, activation.revision)
+    resolution = {"conclusion": "SUCCEEDED", "operation_id": "op"}
+    with transaction.atomic(), clock.moved(dt.timedelta(seconds=5)):
+        now = clock.now()
+        step_conclude(
+            step=step, activation=activation, conclusion="SUCCEEDED", output="{}", resolution=resolution, now=now
+        )
+    step, activation = Step.objects.get(pk=step.pk), Activation.objects.get(pk=activation.pk)
+    assert (step.state, step.output, step.resolution) == ("SUCCEEDED", "{}", resolution)
+    assert step.revision == revisions[0] + 1
+    assert (activation.state, activation.output, activation.resolution) == ("SUCCEEDED", "{}", resolution)
+    assert (activation.completed_at, activation.revision) == (completed, revisions[1] + 1)
+    assert WorkflowInstance.objects.get(pk=instance.pk).state == "NEEDS_REVIEW"
+
+
+def test_a_confirmed_pending_waits_again_for_the_next_round_without_a_new_query(engine):
+    instance = engine.start(engine.define([poll_step(max_rounds=2, interval_seconds=60)]), {"pending_rounds": 1})
+    engine.settle()
+    engine.work("polls")
+    engine.settle()
+    step = Step.objects.get(instance=instance, key="settle")
+    activation = Activation.objects.get(pk=step.current_activation_id)
+    with transaction.atomic():
+        step_enter_review(
+            instance=instance, gate=Gate.objects.get(pk=instance.pk), step=step, activation=activation, reason="why"
+        )
+    due_at, revisions = activation.next_round_at, (step.revision, activation.revision)
+    with transaction.atomic():
+        poll_round_await(step=step, activation=activation, due_at=due_at, now=clock.now())
+    step, activation = Step.objects.get(pk=step.pk), Activation.objects.get(pk=activation.pk)
+    assert (step.state, step.revision) == ("WAITING", revisions[0] + 1)
+    assert (activation.state, activation.next_round_at, activation.revision) == ("WAITING", due_at, revisions[1] + 1)
+    assert PollRound.objects.filter(activation=activation).count() == 1
 
 
 def test_a_continuation_is_returned_with_the_callers_time(engine):
