@@ -54,8 +54,8 @@ from history.credentials import credential_issue, identity_of_credential  # noqa
 from history.models import Scope  # noqa: E402
 from history.tenancy import namespace_ensure  # noqa: E402
 from recovery.operations import SERVICES  # noqa: E402
-from tests.recovery import requests as rq  # noqa: E402
 from tests import states  # noqa: E402
+from tests.recovery import requests as rq  # noqa: E402
 
 TARGET = 3.0
 # Each operation: its display name, the command builder and the state it succeeds on.
