@@ -479,6 +479,30 @@ def poll_pending_reviewed_state(tenancy, **options) -> State:
     return state
 
 
+# ---- other instances ---------------------------------------------------------------------------
+
+OTHERS_STEPS = [
+    TASK_STEP,
+    {"key": "approval", "kind": "SIGNAL", "name": "approved", "payload_version": "1", "deadline_seconds": 7200},
+    {"key": "cooldown", "kind": "TIMER", "duration_seconds": 3600},
+]
+
+
+def instances_in_review(tenancy, n: int) -> None:
+    """``n`` instances built side by side, each with its task UNKNOWN (in review) and a signal wait and a
+    timer still open: all started, all claimed, one pass expires their leases and one consumes the results."""
+    engine = _engine(tenancy)
+    with _in_the_past() as wait:
+        made = engine.define(OTHERS_STEPS, deadline_seconds=4 * 3600)
+        for _ in range(n):
+            engine.start(made, INPUT, business_key=f"order-{next(_names)}")
+        _passes("continuations")
+        for _ in range(n):
+            _claimed(engine)
+        wait(dt.timedelta(seconds=LEASE + 1))
+        _passes("lease_expiry", "inbox")
+
+
 # ---- rows written directly ---------------------------------------------------------------------
 # These states are still written row by row, as the engine leaves them; the builders above reach
 # theirs through the engine. ``activation_add`` and ``task_add`` also let a test put a sibling branch
