@@ -50,7 +50,7 @@ from history.models import (
     WorkflowInstance,
     WorkflowOperation,
 )
-from recovery.operations import step_resolve, task_review
+from recovery.operations import instance_continue, step_resolve, step_retry, task_review
 from tests.engine.conftest import Engine, task_step
 from tests.engine.test_poll import poll_step
 
@@ -368,13 +368,18 @@ def task_failed_state(tenancy, **options) -> State:
     return _built(tenancy, _task_failed, **options)
 
 
-def _decision(instance: WorkflowInstance, step_key: str, evidence: str) -> dict:
+def _instance_decision(instance: WorkflowInstance, evidence: str) -> dict:
     instance.refresh_from_db()
-    step = Step.objects.get(instance=instance, key=step_key)
     return {
         "expected_revision": str(instance.revision),
         "reason": "verified with the payment provider",
         "evidence_ref": f"ticket:{evidence}",
+    }
+
+
+def _decision(instance: WorkflowInstance, step_key: str, evidence: str) -> dict:
+    step = Step.objects.get(instance=instance, key=step_key)
+    return _instance_decision(instance, evidence) | {
         "step_key": step.key,
         "activation_id": step.current_activation_id,
         "expected_step_revision": str(step.revision),
@@ -388,8 +393,7 @@ def _result(conclusion: str):
 def _reviewed(engine: Engine, instance: WorkflowInstance, conclusion: str, result) -> None:
     """ReviewTask on the instance's task in review, and the engine's consumption of its REVIEWED record."""
     task = Task.objects.get(source_instance=instance, state="NEEDS_REVIEW")
-    decision = _decision(instance, Step.objects.get(pk=task.source_activation.step_id).key, "review")
-    command = {key: decision[key] for key in ("expected_revision", "reason", "evidence_ref")} | {
+    command = _instance_decision(instance, "review") | {
         "task_id": task.id,
         "expected_task_revision": str(task.revision),
         "execution_settled": True,
@@ -431,6 +435,30 @@ def _task_resolved(engine, wait, *, conclusion="SUCCEEDED", **unknown) -> Workfl
 def task_resolved_state(tenancy, **options) -> State:
     """After ResolveStep on a reviewed task: the step carries its conclusion; only Continue is left."""
     return _built(tenancy, _task_resolved, **options)
+
+
+def _task_retried(engine, wait, *, attempts_used=(1, 1)) -> WorkflowInstance:
+    first, then = attempts_used
+    instance = _task_failed(engine, wait, attempts_used=first)
+    retry = _decision(instance, TASK_STEP["key"], "retry") | {"safe_to_retry": True}
+    step_retry(identity=engine.identity, instance_id=instance.id, idempotency_key=f"retry-{instance.id}", command=retry)
+    instance_continue(
+        identity=engine.identity,
+        instance_id=instance.id,
+        idempotency_key=f"continue-{instance.id}",
+        command=_instance_decision(instance, "continue") | {"review_resolved": True},
+    )
+    _passes("continuations")
+    for number in range(1, then + 1):
+        _answered(engine, "FAILED", {"error": "declined"}, retryable=number < then)
+    return instance
+
+
+def task_retried_state(tenancy, **options) -> State:
+    """The task failed for good, RetryStep gave the step a second task with what was left of the budget,
+    Continue lifted the review and the second task failed for good too: both activations FAILED, in review.
+    ``attempts_used``: the attempts of each task (the earlier ones of a task retryable)."""
+    return _built(tenancy, _task_retried, **options)
 
 
 def _rounds_pending(engine, wait, rounds: int) -> WorkflowInstance:
@@ -738,12 +766,14 @@ def quota_sync(state: State) -> State:
     return state
 
 
-def task_chain_state(tenancy, chain: list[tuple[str, str, list[str]]], *, steps=None, **instance) -> State:
+def task_chain_state(tenancy, chain: list[tuple[str, str, list[str]]]) -> State:
     """A TASK step whose activations ran ``chain``: (activation state, task state, attempt states) each.
 
     Every task retries its predecessor and gets what is left of max_attempts, as RetryStep makes it.
+    Written row by row: the engine cancels only under a stop intent, which nothing lifts and RetryStep
+    refuses, and it never writes a CANCELLED attempt.
     """
-    state = instance_make(tenancy, steps or [TASK_STEP], **instance)
+    state = instance_make(tenancy, [TASK_STEP])
     budget, spent, previous = TASK_STEP["max_attempts"], 0, None
     for index, (activation_state, task_state, attempts) in enumerate(chain):
         last = index == len(chain) - 1

@@ -179,7 +179,7 @@ def test_a_stale_task_revision_is_aborted(tenancy, recoverer):
 
 
 def test_an_activation_that_is_no_longer_current_is_aborted(tenancy, recoverer):
-    state = states.task_chain_state(tenancy, [("FAILED", "FAILED", ["FAILED"]), ("FAILED", "FAILED", ["FAILED"])])
+    state = states.task_retried_state(tenancy)
     command = rq.retry(state, activation_id=state.activations[0].id)
     assert_refused(lambda: rq.run(step_retry, recoverer, state, command), "ABORTED")
 
