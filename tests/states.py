@@ -1,11 +1,11 @@
 """States the tests start from, reached through the engine's own transitions.
 
-Nothing here writes a row: instances are started by ``instance_start``, tasks are claimed and
-completed through the worker protocol, leases expire because the one clock moves past them,
-the runner's passes do the rest, and operator decisions go through the recovery operations,
-as ``weave_demo`` builds its scenarios. Review states are built with the clock moved into the
-past and put back afterwards, so a test sees the state as the engine left it a few minutes ago
-and the clock at the time the test started.
+Nothing here writes a row but the section "rows written directly", which says why: instances are
+started by ``instance_start``, tasks are claimed and completed through the worker protocol, leases
+expire because the one clock moves past them, the runner's passes do the rest, and operator
+decisions go through the recovery operations, as ``weave_demo`` builds its scenarios. Review states
+are built with the clock moved into the past and put back afterwards, so a test sees the state as
+the engine left it a few minutes ago and the clock at the time the test started.
 """
 
 import datetime as dt
@@ -603,9 +603,9 @@ def instances_in_review(tenancy, n: int) -> None:
 
 
 # ---- rows written directly ---------------------------------------------------------------------
-# These states are still written row by row, as the engine leaves them; the builders above reach
-# theirs through the engine. ``activation_add`` and ``task_add`` also let a test put a sibling branch
-# next to an engine-built state.
+# Rows the engine cannot leave, written one by one: step histories longer than a definition allows
+# (``instance_make``), chains with cancelled activations (``task_chain_state``), and a task in review
+# under a step that is not (``activation_add`` and ``task_add`` next to an engine-built state).
 
 INSTANCE_REVISION = 20
 
