@@ -549,9 +549,9 @@ def _signal_violated(engine, wait) -> WorkflowInstance:
     return instance
 
 
-def signal_contract_violation_state(tenancy) -> State:
+def signal_contract_violation_state(tenancy, **options) -> State:
     """A matching signal broke the step's contract; a later one is still PENDING (buffered)."""
-    return _built(tenancy, _signal_violated)
+    return _built(tenancy, _signal_violated, **options)
 
 
 def _timer_late(engine, wait) -> WorkflowInstance:
@@ -561,9 +561,9 @@ def _timer_late(engine, wait) -> WorkflowInstance:
     return instance
 
 
-def timer_late_state(tenancy) -> State:
+def timer_late_state(tenancy, **options) -> State:
     """The runner saw the due timer past its max lateness: wait, activation and step in review."""
-    return _built(tenancy, _timer_late)
+    return _built(tenancy, _timer_late, **options)
 
 
 def _final_signal_violated(engine, wait) -> WorkflowInstance:
@@ -573,9 +573,9 @@ def _final_signal_violated(engine, wait) -> WorkflowInstance:
     return instance
 
 
-def poll_final_signal_violation_state(tenancy) -> State:
+def poll_final_signal_violation_state(tenancy, **options) -> State:
     """Round 1 classified SUCCEEDED; the final signal that followed broke the contract: in review."""
-    return _built(tenancy, _final_signal_violated)
+    return _built(tenancy, _final_signal_violated, **options)
 
 
 # ---- other instances ---------------------------------------------------------------------------
