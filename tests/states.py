@@ -617,7 +617,7 @@ def _definition(namespace_id: str, steps: list[dict]) -> WorkflowDefinition:
     )
 
 
-def instance_make(tenancy, steps: list[dict], *, stop_kind=None, paused=False, deadline=HOUR * 4) -> State:
+def instance_make(tenancy, steps: list[dict]) -> State:
     """An instance in NEEDS_REVIEW (gate closed) with its $root step and one PENDING step per node."""
     namespace, application, queues = tenancy
     now = clock.now()
@@ -627,13 +627,10 @@ def instance_make(tenancy, steps: list[dict], *, stop_kind=None, paused=False, d
         definition=definition,
         business_key=f"order-{new_id()[:8]}",
         state=InstanceState.NEEDS_REVIEW,
-        paused=paused,
-        stop_kind=stop_kind,
-        stop_reason="operator cancel" if stop_kind else "",
         revision=INSTANCE_REVISION,
         control_revision=7,
         input='{"order":"A-1","amount":1.10}',
-        deadline_at=now + deadline,
+        deadline_at=now + 4 * HOUR,
         review_reason="a step needs review",
         created_at=now - HOUR,
     )
