@@ -1,11 +1,11 @@
 """States the tests start from, reached through the engine's own transitions.
 
-Nothing here writes a row: instances are started by ``instance_start``, tasks are claimed and
-completed through the worker protocol, leases expire because the one clock moves past them,
-the runner's passes do the rest, and operator decisions go through the recovery operations,
-as ``weave_demo`` builds its scenarios. Review states are built with the clock moved into the
-past and put back afterwards, so a test sees the state as the engine left it a few minutes ago
-and the clock at the time the test started.
+Nothing here writes a row but the section "rows written directly", which says why: instances are
+started by ``instance_start``, tasks are claimed and completed through the worker protocol, leases
+expire because the one clock moves past them, the runner's passes do the rest, and operator
+decisions go through the recovery operations, as ``weave_demo`` builds its scenarios. Review states
+are built with the clock moved into the past and put back afterwards, so a test sees the state as
+the engine left it a few minutes ago and the clock at the time the test started.
 """
 
 import datetime as dt
@@ -36,25 +36,21 @@ from history.models import (
     InboxSource,
     InboxState,
     InstanceState,
-    PollRound,
     Queue,
     ResultEvent,
     ResultKind,
     Signal,
-    SignalState,
     Step,
     StepKind,
     StepState,
     Task,
     TaskState,
     Wait,
-    WaitKind,
-    WaitState,
     WorkflowDefinition,
     WorkflowInstance,
     WorkflowOperation,
 )
-from recovery.operations import step_resolve, task_review
+from recovery.operations import instance_continue, step_resolve, step_retry, task_review
 from tests.engine.conftest import Engine, task_step
 from tests.engine.test_poll import poll_step
 
@@ -298,7 +294,8 @@ def _passes(*names: str) -> None:
 
 
 def _started(engine: Engine, steps, deadline_seconds: int) -> WorkflowInstance:
-    """A new instance whose first tasks are QUEUED; instances of the same shape share one definition."""
+    """A new instance whose first steps are active (tasks QUEUED, waits open); instances of the same
+    shape share one definition."""
     steps = steps or [TASK_STEP]
     name = f"order-{hashlib.sha256(exact([steps, deadline_seconds]).encode()).hexdigest()[:12]}"
     made = WorkflowDefinition.objects.filter(namespace=engine.namespace, name=name).first()
@@ -371,13 +368,18 @@ def task_failed_state(tenancy, **options) -> State:
     return _built(tenancy, _task_failed, **options)
 
 
-def _decision(instance: WorkflowInstance, step_key: str, evidence: str) -> dict:
+def _instance_decision(instance: WorkflowInstance, evidence: str) -> dict:
     instance.refresh_from_db()
-    step = Step.objects.get(instance=instance, key=step_key)
     return {
         "expected_revision": str(instance.revision),
         "reason": "verified with the payment provider",
         "evidence_ref": f"ticket:{evidence}",
+    }
+
+
+def _decision(instance: WorkflowInstance, step_key: str, evidence: str) -> dict:
+    step = Step.objects.get(instance=instance, key=step_key)
+    return _instance_decision(instance, evidence) | {
         "step_key": step.key,
         "activation_id": step.current_activation_id,
         "expected_step_revision": str(step.revision),
@@ -391,8 +393,7 @@ def _result(conclusion: str):
 def _reviewed(engine: Engine, instance: WorkflowInstance, conclusion: str, result) -> None:
     """ReviewTask on the instance's task in review, and the engine's consumption of its REVIEWED record."""
     task = Task.objects.get(source_instance=instance, state="NEEDS_REVIEW")
-    decision = _decision(instance, Step.objects.get(pk=task.source_activation.step_id).key, "review")
-    command = {key: decision[key] for key in ("expected_revision", "reason", "evidence_ref")} | {
+    command = _instance_decision(instance, "review") | {
         "task_id": task.id,
         "expected_task_revision": str(task.revision),
         "execution_settled": True,
@@ -434,6 +435,30 @@ def _task_resolved(engine, wait, *, conclusion="SUCCEEDED", **unknown) -> Workfl
 def task_resolved_state(tenancy, **options) -> State:
     """After ResolveStep on a reviewed task: the step carries its conclusion; only Continue is left."""
     return _built(tenancy, _task_resolved, **options)
+
+
+def _task_retried(engine, wait, *, attempts_used=(1, 1)) -> WorkflowInstance:
+    first, then = attempts_used
+    instance = _task_failed(engine, wait, attempts_used=first)
+    retry = _decision(instance, TASK_STEP["key"], "retry") | {"safe_to_retry": True}
+    step_retry(identity=engine.identity, instance_id=instance.id, idempotency_key=f"retry-{instance.id}", command=retry)
+    instance_continue(
+        identity=engine.identity,
+        instance_id=instance.id,
+        idempotency_key=f"continue-{instance.id}",
+        command=_instance_decision(instance, "continue") | {"review_resolved": True},
+    )
+    _passes("continuations")
+    for number in range(1, then + 1):
+        _answered(engine, "FAILED", {"error": "declined"}, retryable=number < then)
+    return instance
+
+
+def task_retried_state(tenancy, **options) -> State:
+    """The task failed for good, RetryStep gave the step a second task with what was left of the budget,
+    Continue lifted the review and the second task failed for good too: both activations FAILED, in review.
+    ``attempts_used``: the attempts of each task (the earlier ones of a task retryable)."""
+    return _built(tenancy, _task_retried, **options)
 
 
 def _rounds_pending(engine, wait, rounds: int) -> WorkflowInstance:
@@ -479,23 +504,109 @@ def poll_pending_reviewed_state(tenancy, **options) -> State:
     return state
 
 
-# ---- rows written directly ---------------------------------------------------------------------
-# These states are still written row by row, as the engine leaves them; the builders above reach
-# theirs through the engine. ``activation_add`` and ``task_add`` also let a test put a sibling branch
-# next to an engine-built state.
+# ---- SIGNAL and TIMER -------------------------------------------------------------------------
 
-INSTANCE_REVISION = 20
 SIGNAL_STEP = {
     "key": "approval",
     "kind": "SIGNAL",
-    "after": [],
     "name": "approved",
     "payload_version": "1",
     "correlation": "input.order",
-    "deadline": 7200,
+    "deadline_seconds": 7200,
     "contract": {"type": "object", "required": ["by"]},
 }
-TIMER_STEP = {"key": "cooldown", "kind": "TIMER", "after": [], "duration": 600, "deadline": 4200, "max_lateness": 300}
+TIMER_STEP = {
+    "key": "cooldown",
+    "kind": "TIMER",
+    "duration_seconds": 300,
+    "deadline_seconds": 4200,
+    "max_lateness_seconds": 60,
+}
+FINAL_SIGNAL = {"name": "settled", "payload_version": "1", "correlation": "input.order", "deadline_seconds": 3600}
+
+
+def _signalled(engine: Engine, instance: WorkflowInstance, name: str, payload) -> None:
+    """A client sends signal ``name`` correlated by the order; the runner takes its record."""
+    signal_accept(
+        identity=engine.identity,
+        instance_id=instance.id,
+        command={
+            "name": name,
+            "payload_version": "1",
+            "payload": payload,
+            "correlation_key": INPUT["order"],
+            "reason": "sent by the payment provider",
+        },
+        idempotency_key=f"signal-{new_id()}",
+    )
+    _passes("inbox")
+
+
+def _signal_violated(engine, wait) -> WorkflowInstance:
+    instance = _started(engine, [SIGNAL_STEP], 4 * 3600)
+    _signalled(engine, instance, SIGNAL_STEP["name"], {"who": 1})
+    _signalled(engine, instance, SIGNAL_STEP["name"], {"by": "carol"})
+    return instance
+
+
+def signal_contract_violation_state(tenancy, **options) -> State:
+    """A matching signal broke the step's contract; a later one is still PENDING (buffered)."""
+    return _built(tenancy, _signal_violated, **options)
+
+
+def _timer_late(engine, wait) -> WorkflowInstance:
+    instance = _started(engine, [TIMER_STEP], 4 * 3600)
+    wait(dt.timedelta(seconds=TIMER_STEP["duration_seconds"] + TIMER_STEP["max_lateness_seconds"] + 1))
+    _passes("timers")
+    return instance
+
+
+def timer_late_state(tenancy, **options) -> State:
+    """The runner saw the due timer past its max lateness: wait, activation and step in review."""
+    return _built(tenancy, _timer_late, **options)
+
+
+def _final_signal_violated(engine, wait) -> WorkflowInstance:
+    instance = _started(engine, [POLL_STEP | {"final_signal": FINAL_SIGNAL}], 4 * 3600)
+    _answered(engine, "SUCCEEDED", {"status": "DONE"})
+    _signalled(engine, instance, FINAL_SIGNAL["name"], {"settled": True})
+    return instance
+
+
+def poll_final_signal_violation_state(tenancy, **options) -> State:
+    """Round 1 classified SUCCEEDED; the final signal that followed broke the contract: in review."""
+    return _built(tenancy, _final_signal_violated, **options)
+
+
+# ---- other instances ---------------------------------------------------------------------------
+
+OTHERS_STEPS = [
+    TASK_STEP,
+    {"key": "approval", "kind": "SIGNAL", "name": "approved", "payload_version": "1", "deadline_seconds": 7200},
+    {"key": "cooldown", "kind": "TIMER", "duration_seconds": 3600},
+]
+
+
+def instances_in_review(tenancy, n: int) -> None:
+    """``n`` instances built side by side, each with its task UNKNOWN (in review) and a signal wait and a
+    timer still open: all started, all claimed, one pass expires their leases and one consumes the results."""
+    engine = _engine(tenancy)
+    with _in_the_past() as wait:
+        made = engine.define(OTHERS_STEPS, deadline_seconds=4 * 3600)
+        for _ in range(n):
+            engine.start(made, INPUT, business_key=f"order-{next(_names)}")
+        _passes("continuations")
+        for _ in range(n):
+            _claimed(engine)
+        wait(dt.timedelta(seconds=LEASE + 1))
+        _passes("lease_expiry", "inbox")
+
+
+# ---- rows written directly ---------------------------------------------------------------------
+# Rows the engine cannot leave, written one by one: step histories longer than a definition allows
+# (``instance_make``), chains with cancelled activations (``task_chain_state``), and a task in review
+# under a step that is not (``activation_add`` and ``task_add`` next to an engine-built state).
+
 INSTANCE_REVISION = 20
 
 
@@ -506,7 +617,7 @@ def _definition(namespace_id: str, steps: list[dict]) -> WorkflowDefinition:
     )
 
 
-def instance_make(tenancy, steps: list[dict], *, stop_kind=None, paused=False, deadline=HOUR * 4) -> State:
+def instance_make(tenancy, steps: list[dict]) -> State:
     """An instance in NEEDS_REVIEW (gate closed) with its $root step and one PENDING step per node."""
     namespace, application, queues = tenancy
     now = clock.now()
@@ -516,13 +627,10 @@ def instance_make(tenancy, steps: list[dict], *, stop_kind=None, paused=False, d
         definition=definition,
         business_key=f"order-{new_id()[:8]}",
         state=InstanceState.NEEDS_REVIEW,
-        paused=paused,
-        stop_kind=stop_kind,
-        stop_reason="operator cancel" if stop_kind else "",
         revision=INSTANCE_REVISION,
         control_revision=7,
         input='{"order":"A-1","amount":1.10}',
-        deadline_at=now + deadline,
+        deadline_at=now + 4 * HOUR,
         review_reason="a step needs review",
         created_at=now - HOUR,
     )
@@ -547,7 +655,7 @@ def _inbox_consumed(state: State, event: ResultEvent, task: Task, disposition=Di
     )
 
 
-def result_event_add(state: State, task: Task, kind: str, outcome: str = "", result: str | None = None, *, at=None):
+def result_event_add(state: State, task: Task, kind: str, outcome: str = "", result: str | None = None):
     seq = ResultEvent.objects.filter(task=task).count() + 1
     event = ResultEvent.objects.create(
         task=task,
@@ -556,7 +664,7 @@ def result_event_add(state: State, task: Task, kind: str, outcome: str = "", res
         outcome=outcome,
         result=result,
         task_revision=task.revision,
-        created_at=at or clock.now(),
+        created_at=clock.now(),
     )
     _inbox_consumed(state, event, task)
     return event
@@ -570,14 +678,12 @@ def task_add(
     attempts: list[str],
     max_attempts: int,
     retry_of: Task | None = None,
-    source_round: int | None = None,
     result: str | None = None,
-    created_at=None,
 ) -> Task:
     """A task of ``activation`` with its attempts; its permit is held until it is terminal."""
     spec = state.definition.step_spec(_key_of(state, activation))
     first = state.tasks[0] if state.tasks else None
-    now = created_at or clock.now()
+    now = clock.now()
     task = Task.objects.create(
         namespace_id=state.instance.namespace_id,
         application=state.application,
@@ -596,7 +702,6 @@ def task_add(
         retry_of=retry_of,
         source_instance=state.instance,
         source_activation=activation,
-        source_round=source_round,
         outcome=state_ if state_ in (TaskState.SUCCEEDED, TaskState.FAILED) else "",
         result=result,
         permit_held=state_ not in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED),
@@ -658,12 +763,14 @@ def quota_sync(state: State) -> State:
     return state
 
 
-def task_chain_state(tenancy, chain: list[tuple[str, str, list[str]]], *, steps=None, **instance) -> State:
+def task_chain_state(tenancy, chain: list[tuple[str, str, list[str]]]) -> State:
     """A TASK step whose activations ran ``chain``: (activation state, task state, attempt states) each.
 
     Every task retries its predecessor and gets what is left of max_attempts, as RetryStep makes it.
+    Written row by row: the engine cancels only under a stop intent, which nothing lifts and RetryStep
+    refuses, and it never writes a CANCELLED attempt.
     """
-    state = instance_make(tenancy, steps or [TASK_STEP], **instance)
+    state = instance_make(tenancy, [TASK_STEP])
     budget, spent, previous = TASK_STEP["max_attempts"], 0, None
     for index, (activation_state, task_state, attempts) in enumerate(chain):
         last = index == len(chain) - 1
@@ -692,140 +799,6 @@ def task_chain_state(tenancy, chain: list[tuple[str, str, list[str]]], *, steps=
 
 def _settled(activation_state: str) -> str:
     return activation_state if activation_state in (ActivationState.FAILED, ActivationState.CANCELLED) else "SUPERSEDED"
-
-
-# ---- POLL ----------------------------------------------------------------------------------
-
-
-def _poll_activation(state: State, *, state_: str, used_rounds: int, classification: str = "") -> Activation:
-    now = clock.now()
-    return activation_add(
-        state,
-        "settle",
-        state_=state_,
-        first_round=1,
-        first_round_attempts_used=0,
-        used_rounds=used_rounds,
-        max_rounds=POLL_STEP["max_rounds"],
-        attempts_per_round=POLL_STEP["attempts_per_round"],
-        interval_seconds=POLL_STEP["interval_seconds"],
-        poll_deadline_at=now + 2 * HOUR,
-        round_deadline_at=now + HOUR,
-        last_round_classification=classification,
-    )
-
-
-def _poll_round(
-    state: State, activation: Activation, number: int, *, task_state: str, attempts: list[str], result=None
-):
-    started = clock.now() - dt.timedelta(minutes=30) + dt.timedelta(minutes=5 * number)
-    task = task_add(
-        state,
-        activation,
-        state_=task_state,
-        attempts=attempts,
-        max_attempts=POLL_STEP["attempts_per_round"],
-        source_round=number,
-        result=result,
-        created_at=started,
-    )
-    task.deadline_at = activation.round_deadline_at
-    task.save(update_fields=["deadline_at"])
-    PollRound.objects.create(
-        activation=activation, instance=state.instance, round=number, task=task, created_at=started
-    )
-    activation.last_task = task
-    activation.save(update_fields=["last_task"])
-    return task, started
-
-
-def poll_final_signal_violation_state(tenancy, **instance) -> State:
-    """Round 1 classified SUCCEEDED; the final signal that followed broke the contract: in review."""
-    spec = POLL_STEP | {"final_signal": {"name": "settled", "payload_version": "1"}}
-    state = instance_make(tenancy, [spec], **instance)
-    activation = _poll_activation(state, state_=ActivationState.NEEDS_REVIEW, used_rounds=1, classification="SUCCEEDED")
-    task, started = _poll_round(
-        state,
-        activation,
-        1,
-        task_state=TaskState.SUCCEEDED,
-        attempts=[AttemptState.SUCCEEDED],
-        result='{"status":"DONE"}',
-    )
-    result_event_add(state, task, ResultKind.RESULT, "SUCCEEDED", task.result, at=started)
-    _wait_add(state, "settle", WaitKind.POLL_FINAL_SIGNAL, deadline_at=clock.now() + HOUR, activation=activation)
-    return quota_sync(state)
-
-
-# ---- SIGNAL and TIMER -------------------------------------------------------------------
-
-
-def _wait_add(state: State, key: str, kind: str, *, fire_at=None, deadline_at, activation=None) -> Activation:
-    activation = activation or activation_add(state, key, state_=ActivationState.NEEDS_REVIEW)
-    spec = state.definition.step_spec(key)
-    wait = Wait.objects.create(
-        instance=state.instance,
-        step=state.steps[key],
-        activation=activation,
-        kind=kind,
-        signal_name=(spec.get("final_signal") or spec).get("name", ""),
-        payload_version=(spec.get("final_signal") or spec).get("payload_version", ""),
-        correlation_key="" if kind == WaitKind.TIMER else "A-1",
-        deadline_at=deadline_at,
-        fire_at=fire_at,
-        state=WaitState.NEEDS_REVIEW,
-    )
-    activation.wait = wait
-    activation.save(update_fields=["wait"])
-    state.wait = wait
-    return activation
-
-
-def _signal_add(state: State, *, state_: str, disposition: str, payload: str) -> Signal:
-    now = clock.now()
-    signal = Signal.objects.create(
-        namespace_id=state.instance.namespace_id,
-        workflow=state.instance,
-        name="approved",
-        payload_version="1",
-        payload=payload,
-        correlation_key="A-1",
-        target_step_key="approval",
-        target_activation_sequence=1,
-        state=state_,
-        disposition=disposition if state_ != SignalState.PENDING else "",
-        accepted_at=now - dt.timedelta(minutes=10 - len(state.signals)),
-        expires_at=now + 3 * HOUR,
-        actor_id="b" * 32,
-    )
-    InboxRecord.objects.create(
-        instance=state.instance,
-        source_kind=InboxSource.SIGNAL,
-        source_id=signal.id,
-        signal=signal,
-        state=InboxState.CONSUMED,
-        disposition=disposition,
-        consumed_at=now,
-    )
-    state.signals.append(signal)
-    return signal
-
-
-def signal_contract_violation_state(tenancy, **instance) -> State:
-    """A matching signal broke the step's contract; a later one is still PENDING (buffered)."""
-    state = instance_make(tenancy, [SIGNAL_STEP], **instance)
-    _wait_add(state, "approval", WaitKind.SIGNAL, deadline_at=clock.now() + 2 * HOUR)
-    _signal_add(state, state_=SignalState.REJECTED, disposition=Disposition.CONTRACT_VIOLATION, payload='{"who":1}')
-    _signal_add(state, state_=SignalState.PENDING, disposition=Disposition.BUFFERED, payload='{"by":"carol"}')
-    return state
-
-
-def timer_late_state(tenancy, *, fired_ago=dt.timedelta(minutes=10), **instance) -> State:
-    """The runner saw the due timer past its max lateness: wait, activation and step in review."""
-    state = instance_make(tenancy, [TIMER_STEP], **instance)
-    now = clock.now()
-    _wait_add(state, "cooldown", WaitKind.TIMER, fire_at=now - fired_ago, deadline_at=now - fired_ago + HOUR)
-    return state
 
 
 # ---- invariants ---------------------------------------------------------------------------

@@ -159,9 +159,9 @@ def test_unknown_references_are_not_found_before_stale_revisions(tenancy, recove
 
 
 def test_an_activation_of_another_step_is_not_found(tenancy, recoverer):
-    state = states.task_failed_state(tenancy, steps=[states.TASK_STEP, states.NEXT_STEP])
-    foreign = states.activation_add(state, "ship", state_="ACTIVE")
-    command = rq.retry(state, activation_id=foreign.id)
+    # The other step runs alongside: its activation is ACTIVE while "charge" is in review.
+    state = states.task_failed_state(tenancy, steps=[states.TASK_STEP, states.NEXT_STEP | {"after": []}])
+    command = rq.retry(state, activation_id=state.steps["ship"].current_activation_id)
     assert_refused(lambda: rq.run(step_retry, recoverer, state, command), "NOT_FOUND")
 
 
@@ -179,7 +179,7 @@ def test_a_stale_task_revision_is_aborted(tenancy, recoverer):
 
 
 def test_an_activation_that_is_no_longer_current_is_aborted(tenancy, recoverer):
-    state = states.task_chain_state(tenancy, [("FAILED", "FAILED", ["FAILED"]), ("FAILED", "FAILED", ["FAILED"])])
+    state = states.task_retried_state(tenancy)
     command = rq.retry(state, activation_id=state.activations[0].id)
     assert_refused(lambda: rq.run(step_retry, recoverer, state, command), "ABORTED")
 

@@ -106,6 +106,7 @@ def test_a_conclusion_of_an_earlier_activation_does_not_count(tenancy, recoverer
 
 def test_continue_refuses_a_task_in_review_on_another_branch(tenancy, recoverer):
     state = _resolved(tenancy, recoverer, steps=[states.TASK_STEP, states.NEXT_STEP])
+    # Written directly: the engine puts a step in review with its task, so only such rows reach this check.
     sibling = states.activation_add(state, "ship", state_="ACTIVE")
     states.task_add(state, sibling, state_=TaskState.NEEDS_REVIEW, attempts=["UNKNOWN"], max_attempts=1)
     Activation.objects.filter(pk=sibling.pk).update(task=state.task)

@@ -5,6 +5,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from recovery.operations import step_retry
+from tests import states
 from tests.recovery import requests as rq
 from tests.recovery.test_step_history_scale import poll_rounds_state, retry_chain_state
 
@@ -35,8 +36,7 @@ def _count(service, build, state, identity, key) -> int:
 def test_the_query_count_does_not_grow_with_other_instances(tenancy, recoverer, name, service, build, make):
     make(tenancy)
     few = _count(service, build, make(tenancy), recoverer, "few")
-    for _ in range(OTHER_INSTANCES - 1):
-        make(tenancy)
+    states.instances_in_review(tenancy, OTHER_INSTANCES - 1)
     many = _count(service, build, make(tenancy), recoverer, "many")
     assert few == many, (name, few, many)
     assert many <= BOUNDS[name], (name, many)

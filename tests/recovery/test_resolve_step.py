@@ -133,11 +133,11 @@ def test_timer_success_needs_an_explicit_null_result(tenancy, recoverer):
 
 
 def test_timer_success_needs_the_original_duration_elapsed(tenancy, recoverer):
-    state = states.timer_late_state(tenancy, fired_ago=dt.timedelta(minutes=-5))
+    state = states.timer_late_state(tenancy)
     command = rq.resolve(state, result=None)
-    assert_refused(lambda: rq.run(step_resolve, recoverer, state, command), "FAILED_PRECONDITION")
-    with clock.moved(dt.timedelta(minutes=6)):
-        rq.run(step_resolve, recoverer, state, command)
+    with clock.moved(state.wait.fire_at - clock.now() - dt.timedelta(minutes=5)):
+        assert_refused(lambda: rq.run(step_resolve, recoverer, state, command), "FAILED_PRECONDITION")
+    rq.run(step_resolve, recoverer, state, command)
     assert Step.objects.get(pk=state.step.pk).state == "SUCCEEDED"
 
 

@@ -79,7 +79,7 @@ def test_retry_step_leaves_a_failed_activation_failed_and_supersedes_one_in_revi
 
 
 def test_retry_step_refuses_when_the_budget_is_spent(tenancy, recoverer):
-    state = states.task_chain_state(tenancy, [(FAILED, FAILED, [FAILED, FAILED]), (FAILED, FAILED, [FAILED])])
+    state = states.task_retried_state(tenancy, attempts_used=(2, 1))
     assert_refused(lambda: rq.run(step_retry, recoverer, state, rq.retry(state)), "FAILED_PRECONDITION")
 
 
@@ -130,7 +130,7 @@ def test_retry_step_refuses_an_unsettled_history(tenancy, recoverer):
 
 @pytest.mark.parametrize("corruption", ["attempt_rows", "retry_of", "input", "max_attempts", "handler"])
 def test_retry_step_reports_a_disagreeing_history_as_corruption(tenancy, recoverer, corruption):
-    state = states.task_chain_state(tenancy, [(CANCELLED, CANCELLED, []), (FAILED, FAILED, [FAILED])])
+    state = states.task_retried_state(tenancy)
     task = state.task
     if corruption == "attempt_rows":
         Attempt.objects.filter(task=task).delete()
