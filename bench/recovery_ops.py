@@ -10,7 +10,7 @@ many for the floor, all before the timed part. The clients are threads with one 
 connection each (one credential each, as separate API clients), released together; each runs
 its share of the instances one after another.
 
-- ours: the operation's service (``recovery.operations.SERVICES``), as the API calls it.
+- ours: the operation's service (``recovery.operations.OPERATIONS[name].service``), as the API calls it.
 - floor: the same row locks and writes and nothing else. Each floor instance's statements are
   captured by running the service once on it inside a transaction that is rolled back
   (``CaptureQueriesContext``), keeping only the locking reads (``SELECT ... FOR UPDATE``, in
@@ -53,7 +53,7 @@ from core.ids import new_id  # noqa: E402
 from history.credentials import credential_issue, identity_of_credential  # noqa: E402
 from history.models import Scope  # noqa: E402
 from history.tenancy import namespace_ensure  # noqa: E402
-from recovery.operations import SERVICES  # noqa: E402
+from recovery.operations import OPERATIONS as RECOVERY_OPERATIONS  # noqa: E402
 from tests import states  # noqa: E402
 from tests.recovery import requests as rq  # noqa: E402
 
@@ -186,7 +186,7 @@ class Bench:
             state = make(self.tenancy)
             job = Job(self.identities[number % clients], state, build(state), f"bench-{new_id()}")
             if floor:
-                floor_capture(SERVICES[name], job)
+                floor_capture(RECOVERY_OPERATIONS[name].service, job)
             shares[number % clients].append(job)
         return shares
 
@@ -212,7 +212,7 @@ def main() -> None:
     print(header)
     worst: dict[str, float] = {}
     for name in names:
-        service = SERVICES[name]
+        service = RECOVERY_OPERATIONS[name].service
         for cell, clients in enumerate(clients_list):
             ours_shares = bench.shares(name, clients, args.instances, floor=False)
             floor_shares = bench.shares(name, clients, args.instances, floor=True)

@@ -15,11 +15,9 @@ from recovery.pipeline import Operation
 OPERATIONS: dict[str, Operation] = {
     op.name: op for op in (REVIEW_TASK, RESOLVE_STEP, RETRY_STEP, CONTINUE_POLL, REARM_WAIT, CONTINUE)
 }
-SERVICES = {name: op.service for name, op in OPERATIONS.items()}
 
 __all__ = [
     "OPERATIONS",
-    "SERVICES",
     "instance_continue",
     "poll_continue",
     "step_resolve",

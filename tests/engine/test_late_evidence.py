@@ -37,7 +37,7 @@ from history.models import (
     Task,
     TaskState,
 )
-from recovery.operations import SERVICES
+from recovery.operations import OPERATIONS
 from tests.conftest import bearer
 from tests.engine.conftest import task_step
 from tests.engine.test_concurrency import _threads
@@ -95,7 +95,7 @@ def _decide(engine, instance, operation, **fields):
     instance = engine.reload(instance)
     command = {"expected_revision": str(instance.revision), "reason": "checked", "evidence_ref": "ticket:OPS-1"}
     command = exactjson.loads(exactjson.dumps(command | fields))
-    return SERVICES[operation](
+    return OPERATIONS[operation].service(
         identity=engine.identity, instance_id=instance.id, idempotency_key=f"late-{next(_keys)}", command=command
     )
 

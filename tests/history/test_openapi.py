@@ -26,7 +26,7 @@ from history.models import (
     Wait,
     WorkflowInstance,
 )
-from recovery.operations import SERVICES
+from recovery.operations import OPERATIONS as RECOVERY_OPERATIONS
 from tests import states
 from tests.conftest import bearer
 from tests.engine.conftest import Engine
@@ -183,7 +183,7 @@ ENGINE_POSTS = {
 RECOVERY_ERRORS = {400, 401, 403, 404, 409, 413, 503}
 RECOVERY_POSTS = {
     f"recovery_{name.replace('-', '_')}": (200, RECOVERY_ERRORS | ({429} if name == "retry-step" else set()))
-    for name in SERVICES
+    for name in RECOVERY_OPERATIONS
 }
 IDEMPOTENT = {"start_workflow", "signal_workflow", *RECOVERY_POSTS}
 
@@ -324,7 +324,7 @@ def test_every_real_recovery_receipt_and_error_matches_its_documented_schema_exa
     case, tenancy, issue_token, api, openapi
 ):
     _, service, build, make = case
-    operation = next(name for name, known in SERVICES.items() if known is service)
+    operation = next(name for name, op in RECOVERY_OPERATIONS.items() if op.service is service)
     operation_id = f"recovery_{operation.replace('-', '_')}"
     posts = Described(api, openapi, issue_token(scopes=[Scope.RECOVER]).token)
     state = make(tenancy)

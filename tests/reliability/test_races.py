@@ -44,7 +44,7 @@ from history.models import (
     WorkflowOperation,
 )
 from history.tenancy import namespace_ensure
-from recovery.operations import OPERATIONS, SERVICES
+from recovery.operations import OPERATIONS
 from tests import states
 from tests.conftest import bearer
 from tests.engine.conftest import Engine, task_step
@@ -59,7 +59,7 @@ CLIENTS = 32
 KEYS = 16
 CASES = rq.cases()
 CASE_IDS = [case[0] for case in CASES]
-API_NAME = {service: name for name, service in SERVICES.items()}
+API_NAME = {op.service: name for name, op in OPERATIONS.items()}
 # The first case of each operation, where racing every state again would cost more than it proves.
 OPERATION_CASES = list({API_NAME[case[1]]: case for case in reversed(CASES)}.values())[::-1]
 OPERATION_IDS = [API_NAME[case[1]] for case in OPERATION_CASES]
@@ -296,7 +296,7 @@ def engine(db):
 
 def _recover(engine, api_name: str, view, build, **options) -> None:
     """Commit one recovery operation on the current state and let the runner consume what it wrote."""
-    SERVICES[api_name](
+    OPERATIONS[api_name].service(
         identity=engine.identity, instance_id=view.instance.id, idempotency_key=f"prep-{api_name}", command=build(view)
     )
     engine.settle()
@@ -380,7 +380,7 @@ def test_an_operation_racing_the_runner_and_a_worker_commits_whole_or_not_at_all
 
     def operator() -> Outcome:
         try:
-            return _by_service(SERVICES[operation], engine.identity, instance.id, command, "raced")
+            return _by_service(OPERATIONS[operation].service, engine.identity, instance.id, command, "raced")
         finally:
             done.set()
 

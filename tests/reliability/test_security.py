@@ -35,7 +35,7 @@ from history import models
 from history.credentials import credential_issue
 from history.models import Credential, Scope
 from history.tenancy import namespace_ensure
-from recovery.operations import OPERATIONS, SERVICES
+from recovery.operations import OPERATIONS
 from tests.conftest import bearer
 from tests.factories import (
     AttemptFactory,
@@ -380,7 +380,7 @@ def _accepted(response) -> bool:
 
 def test_the_swept_endpoints_are_exactly_what_the_urlconf_serves():
     assert served_endpoints() == {(e.route, e.method) for e in ENDPOINTS}
-    assert {e.route.rsplit("/", 1)[1] for e in ENDPOINTS if "/recovery/" in e.route} == set(SERVICES)
+    assert {e.route.rsplit("/", 1)[1] for e in ENDPOINTS if "/recovery/" in e.route} == set(OPERATIONS)
 
 
 @pytest.mark.parametrize("endpoint", [e for e in ENDPOINTS if e.scope == PUBLIC], ids=lambda e: e.name)

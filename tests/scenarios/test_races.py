@@ -11,7 +11,7 @@ from engine.check import invariants_check
 from engine.demo import demo_run
 from engine.runner import runner_settle
 from history.models import Namespace, Scope, Step, Task, WorkflowInstance, WorkflowOperation
-from recovery.operations import SERVICES
+from recovery.operations import OPERATIONS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,7 +29,7 @@ def test_a_decision_read_before_the_runner_consumed_the_inbox_never_commits(atte
     )
     task = Task.objects.get(id=scenario["task_id"])
     instance = WorkflowInstance.objects.get(id=scenario["instance_id"])
-    SERVICES["review-task"](
+    OPERATIONS["review-task"].service(
         identity=operator,
         instance_id=instance.id,
         idempotency_key=f"race-review-{attempt}",
@@ -70,7 +70,7 @@ def test_a_decision_read_before_the_runner_consumed_the_inbox_never_commits(atte
     def operator_decides():
         barrier.wait()
         try:
-            SERVICES["resolve-step"](
+            OPERATIONS["resolve-step"].service(
                 identity=operator, instance_id=instance.id, idempotency_key=f"race-{attempt}", command=command
             )
             outcome["code"] = "OK"

@@ -18,7 +18,7 @@ from engine.runner import runner_settle
 from engine.signals import signal_accept
 from engine.worker import task_claim
 from history.models import Activation, Namespace, PollRound, Scope, Step, Task, WorkflowInstance
-from recovery.operations import SERVICES
+from recovery.operations import OPERATIONS
 
 pytestmark = pytest.mark.django_db
 
@@ -58,7 +58,7 @@ class Scenarios:
             **fields,
         }
         self.keys += 1
-        return SERVICES[operation](
+        return OPERATIONS[operation].service(
             identity=self.operator, instance_id=instance.id, idempotency_key=f"e2e-{self.keys}", command=command
         )
 
