@@ -7,7 +7,10 @@ class HistoryConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from history.events import events_follow
         from history.groups import groups_ensure
+
+        events_follow()
 
         # After the auth app has created this app's permissions.
         post_migrate.connect(groups_ensure, sender=self)

@@ -43,6 +43,27 @@ class Revision(models.PositiveBigIntegerField):
         super().__init__(*args, **kwargs)
 
 
+class StateFollowed(models.Model):
+    """A row whose ``state`` the timeline follows: it remembers the state it was read with, so the
+    writer of ``history.events`` can record before → after when it is saved."""
+
+    state_at_load: str | None = None
+
+    class Meta:
+        abstract = True
+
+    @classmethod
+    def from_db(cls, db, field_names, values):
+        row = super().from_db(db, field_names, values)
+        row.state_at_load = row.__dict__.get("state")
+        return row
+
+    def refresh_from_db(self, using=None, fields=None, from_queryset=None):
+        super().refresh_from_db(using=using, fields=fields, from_queryset=from_queryset)
+        if fields is None or "state" in fields:
+            self.state_at_load = self.__dict__.get("state")
+
+
 class Namespace(models.Model):
     id = _id_field()
     name = models.CharField(max_length=128, unique=True)
@@ -168,7 +189,28 @@ class StopKind(models.TextChoices):
     FAIL = "FAIL"
 
 
-class WorkflowInstance(models.Model):
+class ReviewCause(models.TextChoices):
+    """Why an instance entered NEEDS_REVIEW: one code per engine transition into review."""
+
+    TASK_OUTCOME_UNKNOWN = "task_outcome_unknown", "a task's lease expired: its outcome is unknown"
+    TASK_FAILED_BUDGET_LEFT = "task_failed_budget_left", "a task failed; the step has attempts left"
+    TASK_BUDGET_EXHAUSTED = "task_budget_exhausted", "a task failed; the step's attempts are used up"
+    RESULT_CONTRACT_VIOLATION = "result_contract_violation", "a task's result breaks the step's contract"
+    POLL_REQUEST_FAILED = "poll_request_failed", "a POLL query task failed"
+    POLL_UNCLASSIFIED = "poll_unclassified", "a POLL answer matches no classification"
+    POLL_FAILED = "poll_failed", "a POLL answer was classified FAILED"
+    POLL_EXHAUSTED = "poll_exhausted", "a POLL step is still PENDING with its rounds used up"
+    POLL_DEADLINE_PASSED = "poll_deadline_passed", "a POLL step is still PENDING past its poll deadline"
+    SIGNAL_CONTRACT_VIOLATION = "signal_contract_violation", "a signal's payload breaks the step's contract"
+    WAIT_EXPIRED = "wait_expired", "a signal wait passed its deadline"
+    TIMER_LATE = "timer_late", "a timer was first seen too late to fire"
+    QUARANTINED_INPUT = "quarantined_input", "the background set an item of the instance aside"
+    CORRUPT_INBOX_RECORD = "corrupt_inbox_record", "an inbox record's sources disagree"
+    # Only rows that entered review before causes were recorded and whose text matched no cause.
+    UNCLASSIFIED = "unclassified", "entered review before causes were recorded"
+
+
+class WorkflowInstance(StateFollowed):
     id = _id_field()
     namespace = _ref("Namespace", db_index=False)
     definition = _ref("WorkflowDefinition")
@@ -183,6 +225,11 @@ class WorkflowInstance(models.Model):
     output = _exact_json()
     deadline_at = models.DateTimeField(null=True, blank=True)
     review_reason = models.CharField(max_length=1024, blank=True)
+    # Set together on entering NEEDS_REVIEW and cleared on leaving it; the step is blank when the
+    # cause concerns the whole instance (a corrupt record, an item set aside).
+    review_cause = models.CharField(max_length=32, choices=ReviewCause.choices, blank=True)
+    review_step_key = models.CharField(max_length=64, blank=True)
+    review_since = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=clock.now)
     updated_at = models.DateTimeField(default=clock.now)
     completed_at = models.DateTimeField(null=True, blank=True)
@@ -237,7 +284,7 @@ class StepState(models.TextChoices):
     CANCELLED = "CANCELLED"
 
 
-class Step(models.Model):
+class Step(StateFollowed):
     id = _id_field()
     instance = _ref("WorkflowInstance", db_index=False, related_name="steps")
     key = models.CharField(max_length=64)
@@ -268,7 +315,7 @@ class ActivationState(models.TextChoices):
     SUPERSEDED = "SUPERSEDED"
 
 
-class Activation(models.Model):
+class Activation(StateFollowed):
     id = _id_field()
     step = _ref("Step", db_index=False, related_name="activations")
     instance = _ref("WorkflowInstance")
@@ -333,7 +380,7 @@ class TaskState(models.TextChoices):
 TERMINAL_TASK_STATES = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED)
 
 
-class Task(models.Model):
+class Task(StateFollowed):
     id = _id_field()
     namespace = _ref("Namespace", db_index=False)
     application = _ref("Application", db_index=False)
@@ -387,7 +434,7 @@ class AttemptState(models.TextChoices):
     CANCELLED = "CANCELLED"
 
 
-class Attempt(models.Model):
+class Attempt(StateFollowed):
     """One lease of a task by a worker."""
 
     id = _id_field()
@@ -452,7 +499,7 @@ class Disposition(models.TextChoices):
     EXPIRED = "EXPIRED"
 
 
-class InboxRecord(models.Model):
+class InboxRecord(StateFollowed):
     id = _id_field()
     instance = _ref("WorkflowInstance", db_index=False)
     source_kind = models.CharField(max_length=16, choices=InboxSource.choices)
@@ -503,7 +550,7 @@ class WaitState(models.TextChoices):
     NEEDS_REVIEW = "NEEDS_REVIEW"
 
 
-class Wait(models.Model):
+class Wait(StateFollowed):
     id = _id_field()
     instance = _ref("WorkflowInstance", db_index=False)
     step = _ref("Step", db_index=False)
@@ -535,7 +582,7 @@ class SignalState(models.TextChoices):
     QUARANTINED = "QUARANTINED"
 
 
-class Signal(models.Model):
+class Signal(StateFollowed):
     id = _id_field()
     namespace = _ref("Namespace", db_index=False)
     workflow = _ref("WorkflowInstance", db_index=False)
@@ -678,4 +725,40 @@ class Incident(models.Model):
         indexes = [
             models.Index(fields=["resolved_at", "last_seen_at"], name="incident_open"),
             models.Index(fields=["instance", "last_seen_at"], name="incident_instance"),
+        ]
+
+
+class InstanceEvent(models.Model):
+    """The instance's timeline: one append-only row per change of the instance or of a row it owns.
+
+    ``sequence`` runs 1, 2, 3… per instance without gaps; it is taken under the instance's row lock,
+    in the transaction of the change. ``kind`` is ``<subject_type>.created`` or ``<subject_type>.state``;
+    ``before``/``after`` are the subject's state (blank before a creation). ``detail`` adds the one
+    code that explains the change: the review cause, the inbox disposition, the audit action, the
+    result kind. Rows written for instances older than the timeline are ``reconstructed``.
+    """
+
+    id = _id_field()
+    instance = _ref("WorkflowInstance", db_index=False)
+    sequence = models.PositiveBigIntegerField()
+    kind = models.CharField(max_length=32)
+    subject_type = models.CharField(max_length=16)
+    subject_id = models.CharField(max_length=32)
+    step_key = models.CharField(max_length=64, blank=True)
+    before = models.CharField(max_length=24, blank=True)
+    after = models.CharField(max_length=24, blank=True)
+    detail = models.CharField(max_length=64, blank=True)
+    actor_kind = models.CharField(max_length=16)
+    actor_id = models.CharField(max_length=128, blank=True)
+    operation_id = models.CharField(max_length=32, blank=True)
+    audit_id = models.CharField(max_length=32, blank=True)
+    reconstructed = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=clock.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["instance", "sequence"], name="event_instance_sequence")]
+        indexes = [
+            models.Index(fields=["instance", "kind", "sequence"], name="event_instance_kind"),
+            models.Index(fields=["instance", "step_key", "sequence"], name="event_instance_step"),
+            models.Index(fields=["instance", "subject_id", "sequence"], name="event_instance_subject"),
         ]

@@ -1,0 +1,233 @@
+"""The one writer of the instance timeline (``InstanceEvent``).
+
+Every save of a row the timeline follows — the instance, its steps, activations, tasks, attempts,
+waits, signals, inbox records, result events and the three audits — passes through
+``_row_saved`` (a ``post_save`` receiver, so no write path can forget it): a created row writes
+``<subject>.created``, a row whose ``state`` changed since it was read writes ``<subject>.state``
+with before → after. The event is inserted in the transaction of the save, so a rollback takes
+it away with the change. Rows written by ``QuerySet.update`` or ``bulk_create`` bypass it: the
+engine writes no state that way (steps are bulk-created PENDING, their initial state, and a
+subject without events is in its initial state).
+
+``sequence`` is the instance's last sequence + 1, read at READ COMMITTED while the writer holds
+the instance's row lock (every engine transaction takes it first), so it has no gaps; the unique
+(instance, sequence) index turns a writer without the lock into an error instead of a gap.
+
+Who acted comes from ``acting``: the entry points that act for a client, a worker or an
+operator wrap their transaction in it; everything else is the engine.
+"""
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from django.db.models.signals import post_save
+
+from history import models
+
+ENGINE = "engine"
+
+
+@dataclass(frozen=True)
+class Actor:
+    kind: str  # engine | worker | client | operator
+    id: str = ""
+    operation_id: str = ""
+
+
+_ENGINE_ACTOR = Actor(ENGINE)
+_actor: contextvars.ContextVar[Actor | None] = contextvars.ContextVar("weave_event_actor", default=None)
+
+
+@contextlib.contextmanager
+def acting(kind: str, actor_id: str, *, operation_id: str = "") -> Iterator[Actor]:
+    """Every event written inside is attributed to this actor (and operation, when there is one)."""
+    actor = Actor(kind, actor_id, operation_id)
+    token = _actor.set(actor)
+    try:
+        yield actor
+    finally:
+        _actor.reset(token)
+
+
+# subject type of each followed model; audits share one subject type.
+SUBJECT_TYPES: dict[type, str] = {
+    models.WorkflowInstance: "instance",
+    models.Step: "step",
+    models.Activation: "activation",
+    models.Task: "task",
+    models.Attempt: "attempt",
+    models.Wait: "wait",
+    models.Signal: "signal",
+    models.InboxRecord: "inbox",
+    models.ResultEvent: "result",
+    models.WorkflowOperation: "audit",
+    models.ExecutionAudit: "audit",
+    models.SignalOperation: "audit",
+}
+KINDS = tuple(
+    sorted(
+        {f"{subject}.created" for subject in SUBJECT_TYPES.values()}
+        | {f"{subject}.state" for model, subject in SUBJECT_TYPES.items() if hasattr(model, "state_at_load")}
+    )
+)
+
+# Where a row belongs never changes after it is written, so (instance, step key) of an
+# activation, step or task is remembered by id; bounded so a long-lived process stays small.
+_PLACE_CACHE_SIZE = 50_000
+_places: dict[tuple[str, str], tuple[str, str]] = {}
+
+
+def _remember(kind: str, pk: str, place: tuple[str, str]) -> tuple[str, str]:
+    if len(_places) >= _PLACE_CACHE_SIZE:
+        _places.clear()
+    _places[(kind, pk)] = place
+    return place
+
+
+def _step_place(step_id: str) -> tuple[str, str]:
+    place = _places.get(("step", step_id))
+    if place is None:
+        row = models.Step.objects.filter(pk=step_id).values_list("instance_id", "key").first() or ("", "")
+        place = _remember("step", step_id, row)
+    return place
+
+
+def _activation_place(activation_id: str | None) -> tuple[str, str]:
+    if not activation_id:
+        return "", ""
+    place = _places.get(("activation", activation_id))
+    if place is None:
+        step_id = models.Activation.objects.filter(pk=activation_id).values_list("step_id", flat=True).first()
+        place = _remember("activation", activation_id, _step_place(step_id) if step_id else ("", ""))
+    return place
+
+
+def _task_place(task_id: str) -> tuple[str, str]:
+    place = _places.get(("task", task_id))
+    if place is None:
+        activation_id = models.Task.objects.filter(pk=task_id).values_list("source_activation_id", flat=True).first()
+        place = _remember("task", task_id, _activation_place(activation_id))
+    return place
+
+
+def _place(row) -> tuple[str, str]:
+    """(instance id, step key) of a followed row; the step key is blank for instance-wide rows."""
+    if isinstance(row, models.WorkflowInstance):
+        return row.id, ""
+    if isinstance(row, models.Step):
+        return _remember("step", row.id, (row.instance_id, row.key))
+    if isinstance(row, models.Activation):
+        instance_id, key = _step_place(row.step_id)
+        return _remember("activation", row.id, (instance_id or row.instance_id, key))
+    if isinstance(row, models.Task):
+        instance_id, key = _activation_place(row.source_activation_id)
+        return _remember("task", row.id, (instance_id or row.source_instance_id, key))
+    if isinstance(row, models.Attempt | models.ResultEvent | models.ExecutionAudit):
+        return _task_place(row.task_id)
+    if isinstance(row, models.Wait):
+        return row.instance_id, _step_place(row.step_id)[1]
+    if isinstance(row, models.Signal):
+        return row.workflow_id, row.target_step_key
+    if isinstance(row, models.InboxRecord):
+        key = _activation_place(row.activation_id)[1]
+        if not key and row.signal_id:
+            key = models.Signal.objects.filter(pk=row.signal_id).values_list("target_step_key", flat=True).first()
+        return row.instance_id, key or ""
+    if isinstance(row, models.WorkflowOperation):
+        return row.workflow_id, row.step_key
+    if isinstance(row, models.SignalOperation):
+        return row.workflow_id, models.Signal.objects.filter(pk=row.signal_id).values_list(
+            "target_step_key", flat=True
+        ).first() or ""
+    raise TypeError(f"{type(row).__name__} is not followed by the timeline")
+
+
+def _detail(row, subject: str) -> str:
+    if subject == "instance":
+        return row.review_cause
+    if subject == "inbox":
+        return row.disposition
+    if subject == "result":
+        return "LATE" if row.late else row.kind
+    if subject == "audit":
+        return row.action
+    return ""
+
+
+def event_append(
+    *,
+    instance_id: str,
+    kind: str,
+    subject_type: str,
+    subject_id: str,
+    step_key: str = "",
+    before: str = "",
+    after: str = "",
+    detail: str = "",
+    audit_id: str = "",
+    operation_id: str = "",
+    created_at=None,
+) -> models.InstanceEvent:
+    """Append one event to the instance's timeline, next in its sequence (the caller holds the instance lock)."""
+    actor = _actor.get() or _ENGINE_ACTOR
+    last = (
+        models.InstanceEvent.objects.filter(instance_id=instance_id)
+        .order_by("-sequence")
+        .values_list("sequence", flat=True)
+        .first()
+    )
+    fields = {"created_at": created_at} if created_at is not None else {}
+    return models.InstanceEvent.objects.create(
+        instance_id=instance_id,
+        sequence=(last or 0) + 1,
+        kind=kind,
+        subject_type=subject_type,
+        subject_id=subject_id,
+        step_key=step_key,
+        before=before,
+        after=after,
+        detail=detail[:64],
+        actor_kind=actor.kind,
+        actor_id=actor.id,
+        operation_id=operation_id or actor.operation_id,
+        audit_id=audit_id,
+        **fields,
+    )
+
+
+def _row_saved(sender, instance, created: bool, raw: bool = False, **_) -> None:
+    if raw:  # fixtures load rows as they were; they carry no timeline
+        return
+    row, subject = instance, SUBJECT_TYPES[sender]
+    tracked = hasattr(row, "state_at_load")
+    if created:
+        before, after, kind = "", (row.state if tracked else ""), f"{subject}.created"
+    elif tracked and "state" in row.__dict__ and row.state != row.state_at_load:
+        before, after, kind = row.state_at_load or "", row.state, f"{subject}.state"
+    else:
+        return
+    instance_id, step_key = _place(row)
+    audit = subject == "audit"
+    event_append(
+        instance_id=instance_id,
+        kind=kind,
+        subject_type=subject,
+        subject_id=row.pk,
+        step_key=step_key,
+        before=before,
+        after=after,
+        detail=_detail(row, subject),
+        audit_id=row.pk if audit else "",
+        operation_id=row.operation_id if audit else "",
+        created_at=row.created_at if audit else None,
+    )
+    if tracked:
+        row.state_at_load = row.state
+
+
+def events_follow() -> None:
+    """Connect the writer to every followed model (once, from the app's ready())."""
+    for model in SUBJECT_TYPES:
+        post_save.connect(_row_saved, sender=model, dispatch_uid=f"weave.events.{model.__name__}")
