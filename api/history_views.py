@@ -9,11 +9,11 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from api import presenters, schema
+from api import openapi, presenters, schema
 from api.params import list_params, no_params, path_id, path_step_key
 from api.permissions import scope_required
 from history.models import Scope
-from history.selectors import activations, instances, operations, signals
+from history.selectors import activations, instances, operations, signals, tasks
 from history.selectors.pagination import ListKind, Page, cursor_encode
 from recovery.eligibility import instance_eligibility_document
 
@@ -163,6 +163,22 @@ class TaskDetailView(HistoryView):
         path_id(task, field="task")
         no_params(request.query_params)
         return Response(presenters.task_detail(instances.task_get(identity=request.auth, instance_id=id, task_id=task)))
+
+
+class TaskSourceView(HistoryView):
+    permission_classes = [scope_required(Scope.READ, Scope.TASKS_WORK)]
+
+    @extend_schema(
+        operation_id="get_task_source",
+        summary="Where a task comes from: instance, step, activation, poll round and queue, verified both ways "
+        "(workflows:read, or tasks:work on the task's queue)",
+        parameters=[openapi.TASK_ID],
+        responses=schema.responses(schema.TaskSource, errors=schema.TASK_SOURCE_ERRORS),
+    )
+    def get(self, request, task_id):
+        path_id(task_id, field="task_id")
+        no_params(request.query_params)
+        return Response(presenters.task_source(tasks.task_source_get(identity=request.auth, task_id=task_id)))
 
 
 class WorkflowOperationListView(HistoryView):

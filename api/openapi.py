@@ -285,6 +285,8 @@ _INSTANCE_LINKS = {
 _SIGNAL = {"id": "$response.body#/data/workflow_id", "signal": "$response.body#/data/signal_id"}
 _ATTEMPT = {"attempt_id": "$response.body#/data/attempt/id"}
 _TASK = {"task_id": "$response.body#/data/task/id"}
+_SOURCE_INSTANCE = "$response.body#/data/instance_id"
+_SOURCE_ACTIVATION = "$response.body#/data/activation/id"
 LINKS = {
     ("start_workflow", "201"): _INSTANCE_LINKS,
     ("get_workflow", "200"): _INSTANCE_LINKS,
@@ -298,6 +300,21 @@ LINKS = {
     ("claim_queue_task", "200"): {
         "HeartbeatTask": ("heartbeat_task", _TASK, _ATTEMPT),
         "CompleteTask": ("complete_task", _TASK, _ATTEMPT),
+        "GetTaskSource": ("get_task_source", _TASK, None),
+    },
+    ("get_workflow_task", "200"): {"GetTaskSource": ("get_task_source", _TASK, None)},
+    ("get_task_source", "200"): {
+        "GetWorkflow": ("get_workflow", {"id": _SOURCE_INSTANCE}, None),
+        "GetWorkflowActivation": (
+            "get_workflow_activation",
+            {"id": _SOURCE_INSTANCE, "key": "$response.body#/data/step_key", "activation": _SOURCE_ACTIVATION},
+            None,
+        ),
+        "GetWorkflowTask": (
+            "get_workflow_task",
+            {"id": _SOURCE_INSTANCE, "task": "$response.body#/data/task_id"},
+            None,
+        ),
     },
 }
 

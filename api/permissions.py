@@ -12,14 +12,14 @@ class Authenticated(BasePermission):
         return True
 
 
-def scope_required(scope: str) -> type[BasePermission]:
-    """A permission class admitting identities that hold ``scope`` (401 before 403)."""
+def scope_required(*scopes: str) -> type[BasePermission]:
+    """A permission class admitting identities that hold one of ``scopes`` (401 before 403)."""
 
     class ScopeRequired(Authenticated):
         def has_permission(self, request, view):
             super().has_permission(request, view)
-            request.auth.require_scope(scope)
+            request.auth.require_scope(*scopes)
             return True
 
-    ScopeRequired.__name__ = f"ScopeRequired[{scope}]"
+    ScopeRequired.__name__ = f"ScopeRequired[{'|'.join(scopes)}]"
     return ScopeRequired

@@ -13,17 +13,19 @@ from history.models import (
     PollRound,
     Signal,
     SignalOperation,
+    Step,
     StepKind,
     Task,
     Wait,
     WorkflowOperation,
 )
 from history.selectors.activations import ActivationDetail, ActivationPage, PollRoundPage
-from history.selectors.instances import InstanceDetail, TaskDetail
+from history.selectors.instances import InstanceDetail, LateEvidence, TaskDetail
 from history.selectors.operations import WorkflowOperationPage
 from history.selectors.pagination import Page
 from history.selectors.signals import SignalPage
 from history.selectors.steps import CurrentStep
+from history.selectors.tasks import TaskSource
 
 
 def _optional(data: dict, key: str, value: object) -> None:
@@ -245,11 +247,36 @@ def attempt_item(attempt: Attempt) -> dict:
     _exact(data, "result", attempt.result)
     evidence = getattr(attempt, "late_evidence", None)
     if evidence is not None:
-        late = {"event_id": evidence.event_id, "seq": evidence.seq, "outcome": evidence.outcome}
-        _exact(late, "result", evidence.result)
-        late["recorded_at"] = format_time(evidence.recorded_at)
-        data["late_evidence"] = late
+        data["late_evidence"] = _late_evidence(evidence)
     return data
+
+
+def _late_evidence(evidence: LateEvidence) -> dict:
+    data = {"event_id": evidence.event_id, "seq": evidence.seq, "outcome": evidence.outcome}
+    _exact(data, "result", evidence.result)
+    data["recorded_at"] = format_time(evidence.recorded_at)
+    return data
+
+
+def late_evidence_item(evidence: LateEvidence) -> dict:
+    data = _late_evidence(evidence)
+    _optional(data, "attempt_id", evidence.attempt_id)
+    return data
+
+
+def task_links(*, instance_id: str, step: Step, activation_id: str, task_id: str) -> dict:
+    """The reads around one task, as paths of this API: the same links in its execution history and its source."""
+    workflow = f"/v1/workflows/{instance_id}"
+    activation = f"{workflow}/steps/{step.key}/activations/{activation_id}"
+    links = {
+        "instance": workflow,
+        "activation": activation,
+        "task": f"{workflow}/tasks/{task_id}",
+        "source": f"/v1/tasks/{task_id}/source",
+    }
+    if step.kind == StepKind.POLL:
+        links["rounds"] = f"{activation}/rounds"
+    return links
 
 
 def task_detail(detail: TaskDetail) -> dict:
@@ -284,7 +311,29 @@ def task_detail(detail: TaskDetail) -> dict:
     body["created_at"] = format_time(task.created_at)
     body["updated_at"] = format_time(task.updated_at)
     body["attempts"] = [attempt_item(attempt) for attempt in detail.attempts]
+    body["late_evidence"] = [late_evidence_item(evidence) for evidence in detail.late_evidence]
+    body["links"] = task_links(
+        instance_id=detail.instance.id, step=detail.step, activation_id=detail.activation.id, task_id=task.id
+    )
     return {"instance_id": detail.instance.id, "revision": str(detail.instance.revision), "task": body}
+
+
+def task_source(source: TaskSource) -> dict:
+    task, activation, instance = source.task, source.activation, source.instance
+    data = {
+        "task_id": task.id,
+        "namespace": source.namespace,
+        "instance_id": instance.id,
+        "definition": {"name": instance.definition.name, "version": instance.definition.version},
+        "step_key": source.step.key,
+        "activation": {"id": activation.id, "sequence": activation.sequence},
+    }
+    if source.poll_round_id is not None:
+        data["poll_round"] = {"id": source.poll_round_id, "round": task.source_round}
+    data["queue"] = task.queue_name
+    _optional(data, "retry_of", task.retry_of_id)
+    data["links"] = task_links(instance_id=instance.id, step=source.step, activation_id=activation.id, task_id=task.id)
+    return data
 
 
 # Pages: the parents as read, the instance revision read for this page, the items, the cursor.

@@ -503,6 +503,31 @@ class AttemptItem(serializers.Serializer):
     )
 
 
+class LateEvidenceItem(LateEvidence):
+    attempt_id = IdField(required=False, help_text="the attempt whose worker reported it after losing the lease")
+
+
+_WORKFLOW_PATH = f"/v1/workflows/{ID_PATTERN.pattern}"
+_ACTIVATION_PATH = f"{_WORKFLOW_PATH}/steps/{STEP_KEY_PATTERN.pattern}/activations/{ID_PATTERN.pattern}"
+
+
+def link_field(path: str, description: str, **kwargs) -> serializers.CharField:
+    """A path of this API (relative to the server), described by its exact pattern."""
+    return schema_field({"type": "string", "pattern": f"^{path}$", "description": description}, **kwargs)
+
+
+class TaskLinks(serializers.Serializer):
+    instance = link_field(_WORKFLOW_PATH, "the instance detail (get_workflow)")
+    activation = link_field(_ACTIVATION_PATH, "the source activation (get_workflow_activation)")
+    task = link_field(f"{_WORKFLOW_PATH}/tasks/{ID_PATTERN.pattern}", "the execution history (get_workflow_task)")
+    source = link_field(f"/v1/tasks/{ID_PATTERN.pattern}/source", "the task's source (get_task_source)")
+    rounds = link_field(
+        f"{_ACTIVATION_PATH}/rounds",
+        "POLL query tasks: the round list of the source activation (list_workflow_poll_rounds)",
+        required=False,
+    )
+
+
 class TaskBody(serializers.Serializer):
     id = IdField()
     step_key = serializers.CharField()
@@ -528,12 +553,51 @@ class TaskBody(serializers.Serializer):
     created_at = TimeField()
     updated_at = TimeField()
     attempts = AttemptItem(many=True)
+    late_evidence = LateEvidenceItem(
+        many=True,
+        help_text="every completion reported after its attempt's lease was lost, by seq: recorded, never applied",
+    )
+    links = TaskLinks()
 
 
 class TaskDetail(serializers.Serializer):
     instance_id = IdField()
     revision = RevisionField()
     task = TaskBody()
+
+
+class ActivationRef(serializers.Serializer):
+    id = IdField()
+    sequence = u32()
+
+
+class PollRoundRef(serializers.Serializer):
+    id = IdField()
+    round = u32(help_text="the business round whose query the task is")
+
+
+class TaskSource(serializers.Serializer):
+    task_id = IdField()
+    namespace = serializers.CharField(help_text="namespace name")
+    instance_id = IdField()
+    definition = DefinitionRef()
+    step_key = StepKeyField()
+    activation = ActivationRef(help_text="the activation that sourced the task")
+    poll_round = PollRoundRef(required=False, help_text="POLL query tasks only")
+    queue = serializers.CharField(help_text="the queue the fixed definition names for the step")
+    retry_of = IdField(required=False, help_text="the task this one retries")
+    links = TaskLinks()
+
+
+TASK_SOURCE_ERRORS = {
+    400: "INVALID_ARGUMENT: a malformed task_id, or any query parameter (field named)",
+    401: UNAUTHENTICATED,
+    403: "PERMISSION_DENIED: the credential holds neither workflows:read nor tasks:work",
+    404: "NOT_FOUND: no such task in the caller's namespace, or the caller may neither see its workflow "
+    "(workflows:read) nor work its queue (tasks:work)",
+    503: "UNAVAILABLE: the task and its workflow, activation, poll round or queue disagree (corruption), or the "
+    "database is unavailable",
+}
 
 
 class CredentialSelf(serializers.Serializer):

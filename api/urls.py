@@ -29,6 +29,7 @@ urlpatterns = [
     path(f"{W}/resume", engine_views.WorkflowResumeView.as_view()),
     path(f"{W}/cancel", engine_views.WorkflowCancelView.as_view()),
     path("queues/<str:queue>/claim", engine_views.QueueClaimView.as_view()),
+    path("tasks/<str:task_id>/source", history_views.TaskSourceView.as_view()),
     path("tasks/<str:task_id>/heartbeat", engine_views.TaskHeartbeatView.as_view()),
     path("tasks/<str:task_id>/complete", engine_views.TaskCompleteView.as_view()),
     *(

@@ -15,9 +15,10 @@ class Identity:
     credential_id: str | None = None
     application_id: str | None = None
 
-    def require_scope(self, scope: str) -> None:
-        if scope not in self.scopes:
-            raise PermissionDenied(f"this credential lacks the {scope} scope")
+    def require_scope(self, *scopes: str) -> None:
+        """Refuse unless the identity holds one of ``scopes`` (one is enough: no scope implies another)."""
+        if self.scopes.isdisjoint(scopes):
+            raise PermissionDenied(f"this credential lacks the {' or '.join(scopes)} scope")
 
     def can_access_queues(self, names: list[str]) -> bool:
         return self.queues is None or set(names) <= self.queues

@@ -34,6 +34,7 @@ from history.models import (
     TaskState,
     WorkflowInstance,
 )
+from history.selectors.access import task_workable, tasks_with_queue_name
 from history.tenancy import is_name
 
 DEFAULT_LEASE_SECONDS = 30
@@ -141,9 +142,10 @@ def _claim_one(
 
 
 def _owned_task(identity: Identity, task_id: str) -> Task:
-    task = Task.objects.filter(pk=id_argument(task_id, "task_id"), namespace_id=identity.namespace_id).first()
-    queue_name = Queue.objects.filter(pk=task.queue_id).values_list("name", flat=True).first() if task else None
-    if queue_name is None or not identity.can_access_queues([queue_name]):
+    task = (
+        tasks_with_queue_name().filter(pk=id_argument(task_id, "task_id"), namespace_id=identity.namespace_id).first()
+    )
+    if not task_workable(identity=identity, task=task):
         raise NotFound(f"task {task_id} not found", field="task_id")
     return task
 

@@ -12,7 +12,7 @@ from core.errors import NotFound, Unavailable
 from core.identity import Identity
 from core.ids import ROOT_STEP_KEY
 from history import models
-from history.models import Activation, Gate, Namespace, Queue, Step, WorkflowDefinition, WorkflowInstance
+from history.models import Activation, Gate, Namespace, Queue, Step, Task, WorkflowDefinition, WorkflowInstance
 
 INSTANCE_NOT_FOUND = "workflow not found"
 _DEFINITION_BROKEN = "the workflow's definition is missing or belongs to another namespace"
@@ -25,18 +25,55 @@ def instance_get_readable(*, identity: Identity, instance_id: str) -> WorkflowIn
     when missing) and whether its gate exists (``has_gate``); the readers check the last two where
     they need them.
     """
-    instance = (
+    instance = _instance_joined(namespace_id=identity.namespace_id, instance_id=instance_id)
+    if instance is None:
+        _refuse_unreadable(identity=identity, instance_id=instance_id)
+    _definition_check(identity=identity, instance=instance, definition=instance.definition)
+    return instance
+
+
+def _instance_joined(*, namespace_id: str, instance_id: str) -> WorkflowInstance | None:
+    """The instance of the namespace joined to its definition (None when either is missing), with
+    ``namespace_name`` and ``has_gate``, in one query."""
+    return (
         WorkflowInstance.objects.select_related("definition")
         .annotate(
             namespace_name=Subquery(Namespace.objects.filter(pk=OuterRef("namespace_id")).values("name")[:1]),
             has_gate=Exists(Gate.objects.filter(pk=OuterRef("pk"))),
         )
-        .filter(id=instance_id, namespace_id=identity.namespace_id)
+        .filter(id=instance_id, namespace_id=namespace_id)
         .first()
     )
+
+
+def task_workable(*, identity: Identity, task: Task | None) -> bool:
+    """A worker sees a task of its namespace on a queue it may access, whatever else the definition names.
+
+    ``task`` is read with ``queue_name`` (``tasks_with_queue_name``).
+    """
+    return (
+        task is not None
+        and task.namespace_id == identity.namespace_id
+        and task.queue_name is not None
+        and identity.can_access_queues([task.queue_name])
+    )
+
+
+def tasks_with_queue_name() -> QuerySet[Task]:
+    """Tasks, each with ``queue_name``: the name of its queue row in its own namespace, None when there is none."""
+    queue = Queue.objects.filter(pk=OuterRef("queue_id"), namespace_id=OuterRef("namespace_id")).values("name")[:1]
+    return Task.objects.annotate(queue_name=Subquery(queue))
+
+
+def instance_get_sourcing(*, task: Task) -> WorkflowInstance:
+    """The instance a task names as its source, read as ``instance_get_readable`` reads it, for a caller that
+    already may see the task: a task names an instance of its own namespace with an intact definition, so any
+    other answer is corruption (UNAVAILABLE), never NOT_FOUND."""
+    instance = _instance_joined(namespace_id=task.namespace_id, instance_id=task.source_instance_id)
     if instance is None:
-        _refuse_unreadable(identity=identity, instance_id=instance_id)
-    _definition_check(identity=identity, instance=instance, definition=instance.definition)
+        raise Unavailable(f"task {task.id} names no workflow with a definition in its namespace")
+    if instance.definition.namespace_id != instance.namespace_id:
+        raise Unavailable(_DEFINITION_BROKEN)
     return instance
 
 
@@ -63,8 +100,13 @@ def _definition_check(*, identity: Identity, instance: WorkflowInstance, definit
     """An instance of the identity's namespace: its definition must be intact, then every queue of it accessible."""
     if definition is None or definition.namespace_id != instance.namespace_id:
         raise Unavailable(_DEFINITION_BROKEN)
-    if not identity.can_access_queues(definition.queues):
+    if not definition_visible(identity=identity, definition=definition):
         raise NotFound(INSTANCE_NOT_FOUND)
+
+
+def definition_visible(*, identity: Identity, definition: WorkflowDefinition) -> bool:
+    """The instances of an intact definition of the identity's namespace are visible when every queue it names is."""
+    return identity.can_access_queues(definition.queues)
 
 
 # ---- the same rule over whole tables (the admin's lists) ---------------------------------
@@ -198,10 +240,3 @@ def fixed_queue_check(*, key: str, queue_id: str | None) -> str:
     if queue_id is None:
         raise Unavailable(f"the queue of step {key!r} does not exist in this namespace")
     return queue_id
-
-
-def fixed_queue_id(*, instance: WorkflowInstance, step: Step) -> str:
-    """The id of the queue the fixed definition names for a TASK or POLL step."""
-    spec = instance.definition.step_spec(step.key)
-    queue_id = fixed_queue(instance=instance, spec=spec).first()
-    return fixed_queue_check(key=step.key, queue_id=queue_id)

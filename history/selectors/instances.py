@@ -3,15 +3,13 @@
 import datetime as dt
 from dataclasses import dataclass
 
-from django.db.models import Exists, OuterRef, Subquery
-
 from core.errors import NotFound, Unavailable
 from core.identity import Identity
 from core.ids import ROOT_STEP_KEY
-from history.models import Activation, Attempt, PollRound, ResultEvent, Step, StepKind, Task, WorkflowInstance
-from history.ownership import round_naming, task_named_back
-from history.selectors.access import fixed_queue_id, instance_get_readable
+from history.models import Activation, Attempt, ResultEvent, Step, Task, WorkflowInstance
+from history.selectors.access import instance_get_readable, tasks_with_queue_name
 from history.selectors.steps import CurrentStep, step_views
+from history.selectors.tasks import task_source_verified
 
 
 @dataclass(frozen=True)
@@ -30,6 +28,7 @@ class LateEvidence:
     outcome: str
     result: str | None
     recorded_at: dt.datetime
+    attempt_id: str | None
 
 
 @dataclass(frozen=True)
@@ -39,6 +38,8 @@ class TaskDetail:
     activation: Activation
     task: Task
     attempts: list[Attempt]
+    # Every late result event of the task by seq; each attempt also carries the first one naming it.
+    late_evidence: list[LateEvidence]
 
 
 def instance_get(*, identity: Identity, instance_id: str) -> InstanceDetail:
@@ -62,51 +63,48 @@ def instance_get(*, identity: Identity, instance_id: str) -> InstanceDetail:
 
 
 def task_get(*, identity: Identity, instance_id: str, task_id: str) -> TaskDetail:
-    """A task under its instance, with its source verified both ways and its attempts in order."""
+    """A task under its instance, with its source verified both ways, its attempts in order and its late evidence."""
     instance = instance_get_readable(identity=identity, instance_id=instance_id)
-    task = Task.objects.filter(id=task_id, source_instance_id=instance.id).first()
+    task = tasks_with_queue_name().filter(id=task_id, source_instance_id=instance.id).first()
     if task is None:
         raise NotFound("task not found under this workflow")
-    # The source activation with its step, and (POLL) whether one of its rounds names this task back.
-    round_names_task = PollRound.objects.filter(
-        round_naming(activation_id=OuterRef("pk"), task_id=task.id, source_round=task.source_round)
+    activation = task_source_verified(instance=instance, task=task)
+    late = task_late_evidence(task.id)
+    return TaskDetail(
+        instance=instance,
+        step=activation.step,
+        activation=activation,
+        task=task,
+        attempts=task_attempts(task.id, late=late),
+        late_evidence=late,
     )
-    activation = (
-        Activation.objects.select_related("step")
-        .annotate(round_names_task=Exists(round_names_task))
-        .filter(id=task.source_activation_id)
-        .first()
-    )
-    step = activation.step if activation is not None else None
-    if (
-        task.namespace_id != instance.namespace_id
-        or activation is None
-        or activation.instance_id != instance.id
-        or step.instance_id != instance.id
-        or step.kind not in (StepKind.TASK, StepKind.POLL)
-    ):
-        raise Unavailable(f"task {task.id} has no source activation of a TASK or POLL step of this workflow")
-    if not task_named_back(
-        kind=step.kind,
-        activation_task_id=activation.task_id,
-        task_id=task.id,
-        round_names_task=activation.round_names_task,
-    ):
-        raise Unavailable(f"activation {activation.id} does not name task {task.id} back")
-    if task.queue_id != fixed_queue_id(instance=instance, step=step):
-        raise Unavailable(f"task {task.id} is not on the fixed queue of step {step.key!r}")
-    return TaskDetail(instance=instance, step=step, activation=activation, task=task, attempts=task_attempts(task.id))
 
 
-_LATE_FIELDS = {"id": "event_id", "seq": "seq", "outcome": "outcome", "result": "result", "created_at": "recorded_at"}
+def task_late_evidence(task_id: str) -> list[LateEvidence]:
+    """Every late result event of the task, by seq."""
+    rows = ResultEvent.objects.filter(task_id=task_id, late=True).order_by("seq")
+    return [
+        LateEvidence(
+            event_id=event.id,
+            seq=event.seq,
+            outcome=event.outcome,
+            result=event.result,
+            recorded_at=event.created_at,
+            attempt_id=event.attempt_id,
+        )
+        for event in rows
+    ]
 
 
-def task_attempts(task_id: str) -> list[Attempt]:
-    """The task's attempts by number, each with ``late_evidence`` (a LateEvidence or None), in one query."""
-    late = ResultEvent.objects.filter(task_id=task_id, attempt_id=OuterRef("pk"), late=True).order_by("seq")
-    columns = {f"late_{name}": Subquery(late.values(column)[:1]) for column, name in _LATE_FIELDS.items()}
-    attempts = list(Attempt.objects.filter(task_id=task_id).annotate(**columns).order_by("number"))
+def task_attempts(task_id: str, *, late: list[LateEvidence] | None = None) -> list[Attempt]:
+    """The task's attempts by number, each with ``late_evidence``: the first late event naming it, or None.
+
+    ``late`` is the task's late evidence when the caller already read it.
+    """
+    first: dict[str | None, LateEvidence] = {}
+    for evidence in task_late_evidence(task_id) if late is None else late:
+        first.setdefault(evidence.attempt_id, evidence)
+    attempts = list(Attempt.objects.filter(task_id=task_id).order_by("number"))
     for attempt in attempts:
-        values = {name: getattr(attempt, f"late_{name}") for name in _LATE_FIELDS.values()}
-        attempt.late_evidence = LateEvidence(**values) if values["event_id"] is not None else None
+        attempt.late_evidence = first.get(attempt.id)
     return attempts

@@ -274,6 +274,13 @@ class WeaveClient:
         _expect("task.id", detail.task.id, task_id)
         return detail
 
+    def get_task_source(self, task_id: str) -> t.TaskSource:
+        """Instance, step, activation, poll round and queue of a task (workflows:read, or tasks:work on its queue)."""
+        _check_id(task_id, "task_id")
+        source = self._get(t.TaskSource, f"/v1/tasks/{task_id}/source")
+        _expect("task_id", source.task_id, task_id)
+        return source
+
     def list_workflow_operations(
         self, workflow_id: str, *, limit: int | None = None, cursor: str | None = None
     ) -> t.WorkflowOperationPage:

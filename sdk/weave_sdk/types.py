@@ -240,13 +240,28 @@ class Workflow:
 
 @model
 class LateEvidence:
-    """What a worker reported after its attempt's lease was lost: recorded, never applied."""
+    """What a worker reported after its attempt's lease was lost: recorded, never applied.
+
+    ``attempt_id`` is set in a task's ``late_evidence`` list (an attempt's own evidence is under it).
+    """
 
     event_id: str
     seq: int
     outcome: str
     recorded_at: dt.datetime
     result: RawJSON | None = None
+    attempt_id: str | None = None
+
+
+@model
+class TaskLinks:
+    """Paths of the reads around one task; ``rounds`` for POLL query tasks only."""
+
+    instance: str
+    activation: str
+    task: str
+    source: str
+    rounds: str | None = None
 
 
 @model
@@ -281,6 +296,9 @@ class Task:
     created_at: dt.datetime
     updated_at: dt.datetime
     attempts: list[Attempt]
+    # Every late result event of the task by seq.
+    late_evidence: list[LateEvidence]
+    links: TaskLinks
     round: int | None = None
     deadline_at: dt.datetime | None = None
     latest_start_at: dt.datetime | None = None
@@ -295,6 +313,35 @@ class WorkflowTask:
     instance_id: str
     revision: int
     task: Task
+
+
+@model
+class ActivationRef:
+    id: str
+    sequence: int
+
+
+@model
+class PollRoundRef:
+    id: str
+    round: int
+
+
+@model
+class TaskSource:
+    """Where a task comes from, verified both ways by the server."""
+
+    task_id: str
+    namespace: str
+    instance_id: str
+    definition: DefinitionRef
+    step_key: str
+    activation: ActivationRef
+    queue: str
+    links: TaskLinks
+    # POLL query tasks only.
+    poll_round: PollRoundRef | None = None
+    retry_of: str | None = None
 
 
 @model

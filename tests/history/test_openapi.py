@@ -16,6 +16,7 @@ from api import schema
 from api.schema import REVISION_SCHEMA, decimal_range_pattern
 from core import exactjson, limits
 from core.ids import MAX_UINT64, parse_revision
+from engine.worker import task_complete
 from history.models import (
     ActivationState,
     AttemptState,
@@ -46,6 +47,7 @@ OPERATIONS = {
     "signal_operation": "get_workflow_signal_operation",
     "task": "get_workflow_task",
     "operations": "list_workflow_operations",
+    "source": "get_task_source",
 }
 
 
@@ -156,6 +158,46 @@ def test_every_real_response_matches_its_documented_schema_exactly(history_rows,
         refused = api.get(path.replace(history_rows.workflow.id, "e" * 32), **bearer(token_for(scope)))
         error_schema = _strict(operation["responses"]["404"]["content"]["application/json"]["schema"], components)
         jsonschema.validate(json.loads(refused.content), error_schema)
+
+
+def _late_evidence_of(tenancy) -> states.State:
+    """An engine-built UNKNOWN attempt whose worker then completes it: the task carries late evidence."""
+    state = states.task_unknown_state(tenancy)
+    attempt = state.task.attempts.get()
+    command = {"attempt_id": attempt.id, "outcome": "FAILED", "result": {"error": "declined"}}
+    assert task_complete(identity=Engine(*tenancy).identity, task_id=state.task.id, command=command).late
+    return state
+
+
+def test_the_task_source_and_the_execution_history_match_their_documented_schemas_exactly(
+    tenancy, api, openapi, issue_token
+):
+    components = openapi["components"]["schemas"]
+    retried = states.task_retried_state(tenancy)
+    poll = states.poll_round_failed_state(tenancy)
+    late = _late_evidence_of(tenancy)
+    reads = [
+        ("get_task_source", f"/v1/tasks/{retried.task.id}/source", "retry_of"),
+        ("get_task_source", f"/v1/tasks/{poll.task.id}/source", "poll_round"),
+        ("get_workflow_task", f"/v1/workflows/{poll.instance.id}/tasks/{poll.task.id}", "links"),
+        ("get_workflow_task", f"/v1/workflows/{late.instance.id}/tasks/{late.task.id}", "late_evidence"),
+    ]
+    for scope in (Scope.READ, Scope.TASKS_WORK):
+        token = issue_token(scopes=[scope]).token
+        for operation_id, path, shown in reads:
+            if operation_id == "get_workflow_task" and scope == Scope.TASKS_WORK:
+                continue
+            _, _, operation = _operation(openapi, operation_id)
+            response = api.get(path, **bearer(token))
+            assert response.status_code == 200, (path, response.content)
+            described = operation["responses"]["200"]["content"]["application/json"]["schema"]
+            jsonschema.validate(json.loads(response.content), _strict(copy.deepcopy(described), components))
+            data = response.json()["data"]
+            assert data.get(shown) or data["task"][shown], shown
+        refused = api.get(f"/v1/tasks/{'e' * 32}/source", **bearer(token))
+        _, _, operation = _operation(openapi, "get_task_source")
+        error = operation["responses"]["404"]["content"]["application/json"]["schema"]
+        jsonschema.validate(json.loads(refused.content), _strict(error, components))
 
 
 @pytest.mark.django_db(transaction=True)

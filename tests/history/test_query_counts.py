@@ -44,6 +44,10 @@ BASELINE = {
     "task": 6,  # + task, activation with its step, fixed queue, attempts
     "poll_task": 6,  # + task, activation with its step and the round naming the task, fixed queue, attempts
     "operations": 4,  # + page keys, page rows
+    # Authentication, then the task with its queue's name, the instance, the activation with its step.
+    "source": 4,
+    "poll_source": 4,  # the activation also with the round naming the task
+    "worker_source": 4,
 }
 WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 ROWS = 10_000
@@ -65,6 +69,9 @@ def every_read(history_rows):
     w = f"/v1/workflows/{history_rows.workflow.id}"
     round_task = PollRound.objects.get(activation=history_rows.poll).task_id
     history_rows.paths["poll_task"] = (f"{w}/tasks/{round_task}", Scope.READ, False)
+    history_rows.paths["source"] = (f"/v1/tasks/{history_rows.charge.task_id}/source", Scope.READ, False)
+    history_rows.paths["poll_source"] = (f"/v1/tasks/{round_task}/source", Scope.READ, False)
+    history_rows.paths["worker_source"] = (f"/v1/tasks/{round_task}/source", Scope.TASKS_WORK, False)
     waiting = activate(step_of(history_rows.workflow, "settle"), wait={})
     poll_round(waiting, 1)
     history_rows.paths["activation_with_wait"] = (f"{w}/steps/settle/activations/{waiting.id}", Scope.READ, False)

@@ -299,3 +299,80 @@ def test_the_sdk_imports_no_server_code():
     code = f"import sys, weave_sdk; print(sorted({{m.split('.')[0] for m in sys.modules}} & {server}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
     assert out.stdout.strip() == "[]"
+
+
+LINKS = {
+    "instance": f"/v1/workflows/{W}",
+    "activation": f"/v1/workflows/{W}/steps/settle/activations/{A}",
+    "task": f"/v1/workflows/{W}/tasks/{G}",
+    "source": f"/v1/tasks/{G}/source",
+    "rounds": f"/v1/workflows/{W}/steps/settle/activations/{A}/rounds",
+}
+SOURCE = {
+    "task_id": G,
+    "namespace": "acme",
+    "instance_id": W,
+    "definition": {"name": "order", "version": 2},
+    "step_key": "settle",
+    "activation": {"id": A, "sequence": 1},
+    "poll_round": {"id": S, "round": 3},
+    "queue": "payments",
+    "links": LINKS,
+}
+
+
+def test_get_task_source_reads_its_path_and_decodes_round_links_and_absent_retry_of():
+    server = Server((200, SOURCE))
+    source = client_for(server).get_task_source(G)
+    assert server.requests[0].url.path == f"/v1/tasks/{G}/source" and server.requests[0].method == "GET"
+    assert (source.instance_id, source.definition.version, source.activation.sequence) == (W, 2, 1)
+    assert (source.poll_round.id, source.poll_round.round, source.queue) == (S, 3, "payments")
+    assert source.retry_of is None and source.links.rounds == LINKS["rounds"]
+    task_step = SOURCE | {"poll_round": None, "retry_of": "8" * 32, "links": LINKS | {"rounds": None}}
+    plain = {key: value for key, value in task_step.items() if value is not None}
+    plain["links"] = {key: value for key, value in task_step["links"].items() if value is not None}
+    source = client_for(Server((200, plain))).get_task_source(G)
+    assert (source.poll_round, source.retry_of, source.links.rounds) == (None, "8" * 32, None)
+
+
+def test_get_task_source_refuses_a_bad_id_before_sending_and_an_answer_for_another_task():
+    server = Server((200, SOURCE))
+    with pytest.raises(InvalidArgument) as refused:
+        client_for(server).get_task_source("G" * 32)
+    assert refused.value.field == "task_id" and server.requests == []
+    with pytest.raises(WeaveResponseError) as mismatch:
+        client_for(Server((200, SOURCE | {"task_id": W}))).get_task_source(G)
+    assert mismatch.value.code == "RESPONSE_MISMATCH"
+    with pytest.raises(WeaveResponseError) as missing:
+        client_for(Server((200, {k: v for k, v in SOURCE.items() if k != "links"}))).get_task_source(G)
+    assert missing.value.field == "data.links"
+
+
+def test_a_task_history_decodes_its_late_evidence_list_and_links():
+    late = '{"event_id":"' + S + '","seq":2,"outcome":"SUCCEEDED","recorded_at":"2026-09-18T08:00:05Z"'
+    late += ',"result":{"n":1.10},"attempt_id":"' + A + '"}'
+    task = {
+        "id": G,
+        "step_key": "settle",
+        "activation_id": A,
+        "activation_sequence": 1,
+        "queue": "payments",
+        "handler": "check",
+        "priority": 0,
+        "state": "NEEDS_REVIEW",
+        "revision": "4",
+        "attempt_count": 1,
+        "max_attempts": 2,
+        "input": RawJSON("{}"),
+        "execution_settled": False,
+        "permit_held": True,
+        "created_at": "2026-09-18T08:00:00Z",
+        "updated_at": "2026-09-18T08:00:00Z",
+        "attempts": [],
+        "late_evidence": [loads(late)],
+        "links": LINKS,
+    }
+    decoded = types.decode(types.Task, task)
+    (evidence,) = decoded.late_evidence
+    assert (evidence.attempt_id, evidence.seq, evidence.result) == (A, 2, RawJSON('{"n":1.10}'))
+    assert decoded.links.source == LINKS["source"]

@@ -106,3 +106,20 @@ def test_server_refusals_reach_the_caller_with_code_field_and_request_id(live_se
     with _client(live_server, issue_token, Scope.AUDIT_READ) as auditor, pytest.raises(NotFound):
         by_operation_id = recovered["acceptance"].operation_id
         auditor.get_workflow_signal_operation(workflow_id, recovered["signal"].id, by_operation_id)
+
+
+def test_the_sdk_reads_a_tasks_source_as_a_reader_and_as_the_worker_of_its_queue(live_server, issue_token, recovered):
+    workflow_id = recovered["workflow"].id
+    second = recovered["polls"][1]
+    query_task = second.last_task_id
+    for scope in (Scope.READ, Scope.TASKS_WORK):
+        with _client(live_server, issue_token, scope) as client:
+            source = client.get_task_source(query_task)
+            assert (source.instance_id, source.step_key, source.queue) == (workflow_id, "settle", "payments")
+            assert (source.activation.id, source.activation.sequence, source.poll_round.round) == (second.id, 2, 1)
+            assert source.links.rounds.endswith(f"/activations/{second.id}/rounds")
+            with pytest.raises(NotFound):
+                client.get_task_source("e" * 32)
+    with _client(live_server, issue_token, Scope.READ) as client:
+        history = client.get_workflow_task(workflow_id, recovered["current"].task_id)
+        assert history.task.late_evidence == [] and history.task.links.source.endswith("/source")
