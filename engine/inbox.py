@@ -58,14 +58,20 @@ class _Graph:
     now: dt.datetime  # one time for every row the record changes
 
 
-def _review(graph: _Graph, step: Step, activation: Activation, now: dt.datetime, *, reason: str, cause) -> None:
+def _review(graph: _Graph, step: Step, activation: Activation, *, reason: str, cause: ReviewCause) -> None:
     step_enter_review(
-        instance=graph.instance, gate=graph.gate, step=step, activation=activation, reason=reason, cause=cause, now=now
+        instance=graph.instance,
+        gate=graph.gate,
+        step=step,
+        activation=activation,
+        reason=reason,
+        cause=cause,
+        now=graph.now,
     )
 
 
 def _fail(
-    graph: _Graph, step: Step, activation: Activation, output: str, now: dt.datetime, *, reason: str, cause
+    graph: _Graph, step: Step, activation: Activation, output: str, now: dt.datetime, *, reason: str, cause: ReviewCause
 ) -> None:
     """A failed answer ends the activation with it as output; the step FAILED, the instance in review."""
     activation.output = output
@@ -83,7 +89,8 @@ def _fail(
 
 
 def _task_failed_cause(step: Step, spec: dict) -> ReviewCause:
-    """A failed task of a TASK step: whether RetryStep's budget rule would still let the step run again."""
+    """Why a failed task puts its step in review: a POLL query failed; a TASK step's chain may still be re-run
+    by RetryStep's budget rule, or its budget is spent."""
     if spec["kind"] == StepKind.POLL:
         return ReviewCause.POLL_REQUEST_FAILED
     if task_step_budget(step=step, spec=spec).refusal() is None:
@@ -242,7 +249,6 @@ def _apply_result(
             graph,
             step,
             activation,
-            now,
             reason=f"the outcome of task {task.id} of step {step.key} is unknown (lease expired)",
             cause=ReviewCause.TASK_OUTCOME_UNKNOWN,
         )
@@ -264,7 +270,7 @@ def _succeed(graph: _Graph, step: Step, activation: Activation, spec: dict, outp
     if violation is not None:
         activation.output = output
         reason = f"the result of step {step.key} breaks its contract: {violation}"
-        _review(graph, step, activation, now, reason=reason, cause=ReviewCause.RESULT_CONTRACT_VIOLATION)
+        _review(graph, step, activation, reason=reason, cause=ReviewCause.RESULT_CONTRACT_VIOLATION)
         return Disposition.CONTRACT_VIOLATION
     activation.state = ActivationState.SUCCEEDED
     activation.output = output
@@ -282,7 +288,7 @@ def _apply_poll_answer(
     classification = poll_classify(step_spec=spec, result_text=event.result)
     if classification is None:
         reason = f"the answer of poll step {step.key} matches no classification"
-        _review(graph, step, activation, now, reason=reason, cause=ReviewCause.POLL_UNCLASSIFIED)
+        _review(graph, step, activation, reason=reason, cause=ReviewCause.POLL_UNCLASSIFIED)
         return Disposition.APPLIED
     activation.used_rounds += 1
     activation.last_round_classification = classification
@@ -311,7 +317,7 @@ def _apply_poll_answer(
                 why, cause = "rounds exhausted", ReviewCause.POLL_EXHAUSTED
             else:
                 why, cause = "poll deadline reached", ReviewCause.POLL_DEADLINE_PASSED
-            _review(graph, step, activation, now, reason=f"poll step {step.key}: still PENDING, {why}", cause=cause)
+            _review(graph, step, activation, reason=f"poll step {step.key}: still PENDING, {why}", cause=cause)
         else:
             activation.state = ActivationState.WAITING
             activation.next_round_at = next_round.due_at
