@@ -58,7 +58,9 @@ class _Graph:
     now: dt.datetime  # one time for every row the record changes
 
 
-def _review(graph: _Graph, step: Step, activation: Activation, *, reason: str, cause: ReviewCause) -> None:
+def _review(
+    graph: _Graph, step: Step, activation: Activation, *, reason: str, cause: ReviewCause, failed: bool = False
+) -> None:
     step_enter_review(
         instance=graph.instance,
         gate=graph.gate,
@@ -67,6 +69,7 @@ def _review(graph: _Graph, step: Step, activation: Activation, *, reason: str, c
         reason=reason,
         cause=cause,
         now=graph.now,
+        failed=failed,
     )
 
 
@@ -76,16 +79,7 @@ def _fail(
     """A failed answer ends the activation with it as output; the step FAILED, the instance in review."""
     activation.output = output
     activation.completed_at = now
-    step_enter_review(
-        instance=graph.instance,
-        gate=graph.gate,
-        step=step,
-        activation=activation,
-        reason=reason,
-        cause=cause,
-        now=now,
-        failed=True,
-    )
+    _review(graph, step, activation, reason=reason, cause=cause, failed=True)
 
 
 def _task_failed_cause(step: Step, spec: dict) -> ReviewCause:
