@@ -17,6 +17,7 @@ from rest_framework import serializers
 from api.params import DEFAULT_LIMIT, MAX_LIMIT
 from core import limits
 from core.ids import ID_PATTERN, MAX_UINT32, MAX_UINT64, STEP_KEY_PATTERN
+from history.models import ReviewCause
 from history.selectors.pagination import MAX_CURSOR_BYTES
 
 
@@ -144,6 +145,19 @@ class StepKeyField(serializers.CharField):
 
 @extend_schema_field({"type": "string", "format": "date-time", "description": "UTC, RFC 3339 with Z"})
 class TimeField(serializers.CharField):
+    pass
+
+
+@extend_schema_field(
+    {
+        "type": "string",
+        "enum": list(ReviewCause.values),
+        "description": "why the instance entered review: "
+        + "; ".join(f"{cause.value}: {cause.label}" for cause in ReviewCause),
+    },
+    component_name="ReviewCause",
+)
+class ReviewCauseField(serializers.CharField):
     pass
 
 
@@ -473,6 +487,11 @@ class InstanceDetail(serializers.Serializer):
     control_revision = RevisionField()
     deadline_at = TimeField(required=False)
     review_reason = serializers.CharField(required=False)
+    review_cause = ReviewCauseField(required=False, help_text="present while the instance is in review")
+    review_step_key = StepKeyField(
+        required=False, help_text="the step the review concerns; absent for a cause that concerns the whole instance"
+    )
+    review_since = TimeField(required=False, help_text="when the instance entered review; present while in review")
     created_at = TimeField()
     updated_at = TimeField()
     completed_at = TimeField(required=False)

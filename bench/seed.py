@@ -137,7 +137,10 @@ DEFINITION_SPEC = {
 
 
 def add_instance(tenant, when, *, revision, state=m.InstanceState.NEEDS_REVIEW, **extra) -> str:
+    """An instance with its gate and root step; one in review since ``when`` (give its cause and step)."""
     ns, _, _, definition = tenant
+    if state == m.InstanceState.NEEDS_REVIEW:
+        extra = {"review_since": when} | extra
     instance_id = table(m.WorkflowInstance).add(
         namespace_id=ns.id,
         definition_id=definition.id,
@@ -226,7 +229,13 @@ def at(start: dt.datetime, index: int) -> dt.datetime:
 
 def seed_signals(tenant, count: int, start: dt.datetime) -> str:
     ns = tenant[0]
-    instance_id = add_instance(tenant, start, revision=count + 10)
+    instance_id = add_instance(
+        tenant,
+        start,
+        revision=count + 10,
+        review_cause=m.ReviewCause.SIGNAL_CONTRACT_VIOLATION,
+        review_step_key="approve",
+    )
     table(m.Step).add(instance_id=instance_id, key="approve", kind=m.StepKind.SIGNAL, created_at=start)
     flush_all()
 
@@ -275,7 +284,9 @@ def seed_signals(tenant, count: int, start: dt.datetime) -> str:
 
 
 def seed_activations(tenant, count: int, start: dt.datetime) -> dict:
-    instance_id = add_instance(tenant, start, revision=count + 10)
+    instance_id = add_instance(
+        tenant, start, revision=count + 10, review_cause=m.ReviewCause.TASK_BUDGET_EXHAUSTED, review_step_key="work"
+    )
     step_id = new_id()
     chain = {"previous": None, "last": None}
 
@@ -323,7 +334,9 @@ def seed_activations(tenant, count: int, start: dt.datetime) -> dict:
 
 
 def seed_rounds(tenant, count: int, start: dt.datetime) -> dict:
-    instance_id = add_instance(tenant, start, revision=count + 10)
+    instance_id = add_instance(
+        tenant, start, revision=count + 10, review_cause=m.ReviewCause.POLL_REQUEST_FAILED, review_step_key="poll"
+    )
     step_id, activation_id = new_id(), new_id()
     last = {}
 

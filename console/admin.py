@@ -194,9 +194,22 @@ class WorkflowDefinitionAdmin(ReadOnlyAdmin):
 
 @admin.register(models.WorkflowInstance)
 class WorkflowInstanceAdmin(ReadOnlyAdmin):
-    list_display = ("id", "definition", "business_key", "state", "paused", "stop_kind", "revision", "updated_at")
+    list_display = (
+        "id",
+        "definition",
+        "business_key",
+        "state",
+        "cause_of_review",
+        "step_in_review",
+        "in_review_since",
+        "paused",
+        "stop_kind",
+        "revision",
+        "updated_at",
+    )
     list_filter = (
         "state",
+        "review_cause",
         "paused",
         "stop_kind",
         DefinitionFilter,
@@ -207,6 +220,19 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
     ordering = ("-updated_at",)
     instance_template = "admin/console/instance_page.html"
     actions = ["continue_selected", "retry_step_selected"]
+
+    # The stored code, as the API answers it; the filter lists each code's meaning.
+    @admin.display(description="review cause", ordering="review_cause")
+    def cause_of_review(self, instance) -> str:
+        return instance.review_cause or None
+
+    @admin.display(description="review step", ordering="review_step_key")
+    def step_in_review(self, instance) -> str:
+        return instance.review_step_key or None
+
+    @admin.display(description="in review since", ordering="review_since")
+    def in_review_since(self, instance):
+        return instance.review_since
 
     def instance_context(self, request, instance) -> dict:
         """The page's data, with the operations this user may start from it."""

@@ -7,7 +7,8 @@ the rows it changes already locked in the order of ``history.locking`` unless it
 - activation: ``task_create``, ``poll_round_start``, ``wait_create``, ``step_activate``,
   ``correlation_key_of``, ``wait_supersede``, ``activation_retry`` (the operator's re-runs) and
   ``activation_superseded_state``
-- budget: ``attempt_budget``, ``attempts_left``, ``link_max_attempts``, ``predecessor_left_exactly``, ``Budget``
+- budget: ``attempt_budget``, ``attempts_left``, ``link_max_attempts``, ``predecessor_left_exactly``, ``Budget``,
+  ``task_step_budget``
 - advance: ``continuation_create`` (the runner then advances), ``instance_advance``,
   ``instance_lock_graph``
 - state: ``touch`` (revision bump), ``gate_sync``, ``instance_enter_review``, ``step_enter_review``,

@@ -9,9 +9,10 @@ re-run while attempts are left and it ran fewer activations than its budget has 
 
 from dataclasses import dataclass
 
-from django.db.models import Exists, F, OuterRef, QuerySet
+from django.db.models import Exists, F, OuterRef, QuerySet, Sum
+from django.db.models.functions import Coalesce
 
-from history.models import Activation, StepKind, Task
+from history.models import Activation, Step, StepKind, Task
 
 
 def attempt_budget(*, spec: dict, activation: Activation | None) -> int:
@@ -56,3 +57,11 @@ class Budget:
         if self.activations >= self.total:
             return f"{self.activations} of at most {self.total} activations already ran"
         return None
+
+
+def task_step_budget(*, step: Step, spec: dict) -> Budget:
+    """A TASK step's chain as the rows count it: every task of the step shares the definition's budget,
+    with the attempts they ran and the activations the step took (RetryStep verifies the chain first)."""
+    used = Task.objects.filter(source_activation__step_id=step.id).aggregate(n=Coalesce(Sum("attempt_count"), 0))["n"]
+    activations = Activation.objects.filter(step_id=step.id).count()
+    return Budget(total=attempt_budget(spec=spec, activation=None), used=used, activations=activations)

@@ -285,6 +285,24 @@ def _revisions_and_gates() -> Iterator[Violation]:
                 )
 
 
+def _review_causes() -> Iterator[Violation]:
+    """In review ⇔ a cause and a time are recorded; outside review, cause, step and time are blank; the
+    step, when named, is one of the instance's."""
+    in_review = Q(state=InstanceState.NEEDS_REVIEW)
+    unrecorded = WorkflowInstance.objects.filter(in_review & (Q(review_cause="") | Q(review_since=None)))
+    for instance_id in unrecorded.values_list("id", flat=True).iterator():
+        yield Violation("review_cause_missing", "instance in review records no cause or no time", (instance_id,))
+    left = WorkflowInstance.objects.filter(
+        ~in_review & (~Q(review_cause="") | ~Q(review_step_key="") | Q(review_since__isnull=False))
+    )
+    for instance_id, state in left.values_list("id", "state").iterator():
+        yield Violation("review_cause_stale", f"{state} instance still records a review cause", (instance_id,))
+    named = WorkflowInstance.objects.exclude(review_step_key="")
+    unknown = named.filter(~Exists(Step.objects.filter(instance_id=OuterRef("pk"), key=OuterRef("review_step_key"))))
+    for instance_id, key in unknown.values_list("id", "review_step_key").iterator():
+        yield Violation("review_step_unknown", f"review names step {key}, not a step of the instance", (instance_id,))
+
+
 def _inbox() -> Iterator[Violation]:
     result_records = InboxRecord.objects.filter(source_kind=InboxSource.RESULT_EVENT)
     for batch in _batches(ResultEvent.objects.all(), "id"):
@@ -323,6 +341,7 @@ CHECKS = (
     _quota,
     _attempts,
     _revisions_and_gates,
+    _review_causes,
     _inbox,
 )
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from core import clock
 from engine.activation import wait_create
 from engine.advance import continuation_create
+from engine.budget import task_step_budget
 from engine.definitions import contract_violation, poll_classify
 from engine.incidents import open_instance_ids
 from engine.poll import NoRound, poll_next_round
@@ -26,11 +27,11 @@ from history.models import (
     InboxRecord,
     InboxSource,
     InboxState,
-    InstanceState,
     PollRound,
     Queue,
     ResultEvent,
     ResultKind,
+    ReviewCause,
     Signal,
     SignalState,
     Step,
@@ -54,19 +55,41 @@ class _Graph:
     instance: WorkflowInstance
     gate: Gate
     definition: WorkflowDefinition
+    now: dt.datetime  # one time for every row the record changes
 
 
-def _review(graph: _Graph, step: Step, activation: Activation, *, reason: str) -> None:
-    step_enter_review(instance=graph.instance, gate=graph.gate, step=step, activation=activation, reason=reason)
+def _review(
+    graph: _Graph, step: Step, activation: Activation, *, reason: str, cause: ReviewCause, failed: bool = False
+) -> None:
+    step_enter_review(
+        instance=graph.instance,
+        gate=graph.gate,
+        step=step,
+        activation=activation,
+        reason=reason,
+        cause=cause,
+        now=graph.now,
+        failed=failed,
+    )
 
 
-def _fail(graph: _Graph, step: Step, activation: Activation, output: str, now: dt.datetime, *, reason: str) -> None:
+def _fail(
+    graph: _Graph, step: Step, activation: Activation, output: str, now: dt.datetime, *, reason: str, cause: ReviewCause
+) -> None:
     """A failed answer ends the activation with it as output; the step FAILED, the instance in review."""
     activation.output = output
     activation.completed_at = now
-    step_enter_review(
-        instance=graph.instance, gate=graph.gate, step=step, activation=activation, reason=reason, failed=True
-    )
+    _review(graph, step, activation, reason=reason, cause=cause, failed=True)
+
+
+def _task_failed_cause(step: Step, spec: dict) -> ReviewCause:
+    """Why a failed task puts its step in review: a POLL query failed; a TASK step's chain may still be re-run
+    by RetryStep's budget rule, or its budget is spent."""
+    if spec["kind"] == StepKind.POLL:
+        return ReviewCause.POLL_REQUEST_FAILED
+    if task_step_budget(step=step, spec=spec).refusal() is None:
+        return ReviewCause.TASK_FAILED_BUDGET_LEFT
+    return ReviewCause.TASK_BUDGET_EXHAUSTED
 
 
 def _result_sources(record: InboxRecord, instance: WorkflowInstance, definition: WorkflowDefinition):
@@ -131,8 +154,8 @@ def _consume(instance_id: str) -> InboxRecord | None:
         return None
     gate = locks.lock_one(Level.GATE, instance_id)
     definition = WorkflowDefinition.objects.filter(pk=instance.definition_id).first()
-    graph = _Graph(instance=instance, gate=gate, definition=definition)
     now = clock.now()
+    graph = _Graph(instance=instance, gate=gate, definition=definition, now=now)
     try:
         if gate is None or definition is None:
             raise Corruption(f"instance {instance_id} has no gate or definition")
@@ -149,10 +172,13 @@ def _consume(instance_id: str) -> InboxRecord | None:
         record.quarantine_reason = str(exc)[:1024]
         record.consumed_at = now
         record.save()
-        if gate is not None:
-            instance_enter_review(instance=instance, gate=gate, reason=f"corrupt inbox record {record.id}: {exc}")
-        elif instance.state in (InstanceState.RUNNING, InstanceState.CANCELLING):
-            instance.state = InstanceState.NEEDS_REVIEW
+        instance_enter_review(
+            instance=instance,
+            gate=gate,
+            reason=f"corrupt inbox record {record.id}: {exc}",
+            cause=ReviewCause.CORRUPT_INBOX_RECORD,
+            now=now,
+        )
         touch(instance, now)
         return record
     record.state = InboxState.CONSUMED
@@ -203,14 +229,14 @@ def _apply_result(
     if event.kind == ResultKind.REVIEWED:
         if not current:
             return Disposition.LATE_RECORDED
-        _apply_reviewed(activation, task, event, spec)
+        _apply_reviewed(activation, task, event, spec, graph.now)
         return Disposition.APPLIED
     in_flight = activation.state == ActivationState.ACTIVE and (
         spec["kind"] == StepKind.TASK or activation.last_task_id == task.id
     )
     if not current or not in_flight:
         return Disposition.LATE_RECORDED
-    now = clock.now()
+    now = graph.now
     disposition = Disposition.APPLIED
     if event.kind == ResultKind.UNKNOWN:
         _review(
@@ -218,9 +244,11 @@ def _apply_result(
             step,
             activation,
             reason=f"the outcome of task {task.id} of step {step.key} is unknown (lease expired)",
+            cause=ReviewCause.TASK_OUTCOME_UNKNOWN,
         )
     elif event.outcome != "SUCCEEDED":
-        _fail(graph, step, activation, event.result, now, reason=f"task {task.id} of step {step.key} failed")
+        reason = f"task {task.id} of step {step.key} failed"
+        _fail(graph, step, activation, event.result, now, reason=reason, cause=_task_failed_cause(step, spec))
     elif spec["kind"] == StepKind.TASK:
         disposition = _succeed(graph, step, activation, spec, event.result, now)
     else:
@@ -235,7 +263,8 @@ def _succeed(graph: _Graph, step: Step, activation: Activation, spec: dict, outp
     violation = contract_violation(step_spec=spec, value_text=output)
     if violation is not None:
         activation.output = output
-        _review(graph, step, activation, reason=f"the result of step {step.key} breaks its contract: {violation}")
+        reason = f"the result of step {step.key} breaks its contract: {violation}"
+        _review(graph, step, activation, reason=reason, cause=ReviewCause.RESULT_CONTRACT_VIOLATION)
         return Disposition.CONTRACT_VIOLATION
     activation.state = ActivationState.SUCCEEDED
     activation.output = output
@@ -252,7 +281,8 @@ def _apply_poll_answer(
     """Classify a query task's successful answer by the fixed mapping (a query's success is not the business result)."""
     classification = poll_classify(step_spec=spec, result_text=event.result)
     if classification is None:
-        _review(graph, step, activation, reason=f"the answer of poll step {step.key} matches no classification")
+        reason = f"the answer of poll step {step.key} matches no classification"
+        _review(graph, step, activation, reason=reason, cause=ReviewCause.POLL_UNCLASSIFIED)
         return Disposition.APPLIED
     activation.used_rounds += 1
     activation.last_round_classification = classification
@@ -272,12 +302,16 @@ def _apply_poll_answer(
             deadline_at=now + dt.timedelta(seconds=final["deadline_seconds"]),
         )
     elif classification == "FAILED":
-        _fail(graph, step, activation, event.result, now, reason=f"poll step {step.key} classified its answer FAILED")
+        reason = f"poll step {step.key} classified its answer FAILED"
+        _fail(graph, step, activation, event.result, now, reason=reason, cause=ReviewCause.POLL_FAILED)
     else:
         next_round = poll_next_round(activation, answered_at=event.created_at)
         if next_round.refusal is not None:
-            why = "rounds exhausted" if next_round.refusal == NoRound.ROUNDS_USED else "poll deadline reached"
-            _review(graph, step, activation, reason=f"poll step {step.key}: still PENDING, {why}")
+            if next_round.refusal == NoRound.ROUNDS_USED:
+                why, cause = "rounds exhausted", ReviewCause.POLL_EXHAUSTED
+            else:
+                why, cause = "poll deadline reached", ReviewCause.POLL_DEADLINE_PASSED
+            _review(graph, step, activation, reason=f"poll step {step.key}: still PENDING, {why}", cause=cause)
         else:
             activation.state = ActivationState.WAITING
             activation.next_round_at = next_round.due_at
@@ -285,13 +319,12 @@ def _apply_poll_answer(
     return Disposition.APPLIED
 
 
-def _apply_reviewed(activation: Activation, task: Task, event: ResultEvent, spec: dict) -> None:
+def _apply_reviewed(activation: Activation, task: Task, event: ResultEvent, spec: dict, now: dt.datetime) -> None:
     """A REVIEWED event records the verified outcome; it never resolves the step or lifts the review.
 
     POLL: a verified SUCCEEDED answer of the activation's last round is classified by the fixed
     mapping (last_round_classification, used_rounds): a verified PENDING stays PENDING.
     """
-    now = clock.now()
     activation.verified_outcome = event.outcome
     activation.verified_result = event.result
     if (
@@ -318,7 +351,7 @@ def _apply_signal(
     if signal.state != SignalState.PENDING:
         return Disposition.EXPIRED if signal.state == SignalState.EXPIRED else Disposition.DUPLICATE
     signal_spec = signal_spec_of(spec)
-    now = clock.now()
+    now = graph.now
     if signal.name != signal_spec["name"] or signal.payload_version != signal_spec["payload_version"]:
         signal.state = SignalState.REJECTED
         signal.disposition = Disposition.REJECTED
@@ -337,6 +370,7 @@ def _apply_signal(
         wait=wait,
         signal=winner,
         step_spec=spec,
+        now=now,
     )
     return disposition if winner.id == signal.id else Disposition.BUFFERED
 

@@ -21,7 +21,7 @@ from django.db.models import QuerySet
 from core import clock
 from engine.state import instance_enter_review, touch
 from history.locking import Level, LockSet
-from history.models import Incident, WorkflowInstance
+from history.models import Incident, ReviewCause, WorkflowInstance
 
 log = logging.getLogger("weave.background")
 T = TypeVar("T")
@@ -146,7 +146,13 @@ def _enter_review(locks: LockSet, instance: WorkflowInstance, reason: str, now) 
     if gate is None:
         return
     before = instance.state
-    instance_enter_review(instance=instance, gate=gate, reason=f"the background set an item aside: {reason}")
+    instance_enter_review(
+        instance=instance,
+        gate=gate,
+        reason=f"the background set an item aside: {reason}",
+        cause=ReviewCause.QUARANTINED_INPUT,
+        now=now,
+    )
     if instance.state != before:
         touch(instance, now)
 

@@ -40,6 +40,7 @@ from history.models import (
     InboxState,
     InstanceState,
     ResultKind,
+    ReviewCause,
     Signal,
     SignalState,
     StepKind,
@@ -159,16 +160,19 @@ def _with_wait(instance_id: str, wait_id: str, apply: Callable) -> bool:
     return True
 
 
-def _wait_review(instance, gate, step, activation, wait, reason: str) -> None:
+def _wait_review(instance, gate, step, activation, wait, now, reason: str, cause: ReviewCause) -> None:
     wait.state = WaitState.NEEDS_REVIEW if wait.kind == WaitKind.TIMER else WaitState.EXPIRED
-    step_enter_review(instance=instance, gate=gate, step=step, activation=activation, reason=reason)
+    step_enter_review(
+        instance=instance, gate=gate, step=step, activation=activation, reason=reason, cause=cause, now=now
+    )
 
 
 def _fire_timer(instance, gate, step, activation, wait, spec, now) -> bool:
     late = now > wait.fire_at + dt.timedelta(seconds=spec["max_lateness_seconds"])
     # A re-armed generation was verified by an operator: it fires without the lateness check.
     if late and wait.generation == 1:
-        _wait_review(instance, gate, step, activation, wait, f"timer {step.key} was first seen too late to fire")
+        reason = f"timer {step.key} was first seen too late to fire"
+        _wait_review(instance, gate, step, activation, wait, now, reason, ReviewCause.TIMER_LATE)
         return True
     wait.state = WaitState.SATISFIED
     activation.state = ActivationState.SUCCEEDED
@@ -193,7 +197,8 @@ def pass_timers() -> int:
 def _expire_wait(instance, gate, step, activation, wait, spec, now) -> bool:
     if wait.deadline_at > now:
         return False
-    _wait_review(instance, gate, step, activation, wait, f"the wait of step {step.key} passed its deadline")
+    reason = f"the wait of step {step.key} passed its deadline"
+    _wait_review(instance, gate, step, activation, wait, now, reason, ReviewCause.WAIT_EXPIRED)
     return True
 
 
@@ -214,7 +219,14 @@ def _match_buffered(instance, gate, step, activation, wait, spec, now) -> bool:
     if winner is None:
         return False
     wait_satisfy(
-        instance=instance, gate=gate, step=step, activation=activation, wait=wait, signal=winner, step_spec=spec
+        instance=instance,
+        gate=gate,
+        step=step,
+        activation=activation,
+        wait=wait,
+        signal=winner,
+        step_spec=spec,
+        now=now,
     )
     return True
 
@@ -278,7 +290,15 @@ def _poll_round(instance_id: str, activation_id: str) -> bool:
         return False
     if poll_deadline_passed(activation, now):
         reason = f"poll step {step.key} passed its poll deadline"
-        step_enter_review(instance=instance, gate=gate, step=step, activation=activation, reason=reason)
+        step_enter_review(
+            instance=instance,
+            gate=gate,
+            step=step,
+            activation=activation,
+            reason=reason,
+            cause=ReviewCause.POLL_DEADLINE_PASSED,
+            now=now,
+        )
     elif (
         poll_round_start(
             locks=locks, quota=quota, instance=instance, activation=activation, spec=definition.step_spec(step.key)

@@ -24,6 +24,7 @@ from history.models import (
     InboxRecord,
     InboxSource,
     InboxState,
+    ReviewCause,
     Scope,
     Signal,
     SignalOperation,
@@ -205,20 +206,28 @@ def wait_satisfy(
     wait: Wait,
     signal: Signal,
     step_spec: dict,
+    now: dt.datetime,
 ) -> Disposition:
     """Apply the winning signal: wait SATISFIED, signal CONSUMED, activation and step SUCCEEDED with the payload.
 
     A payload that breaks the step's contract is not corruption: wait, activation, step and
     instance go to NEEDS_REVIEW and the signal is REJECTED (CONTRACT_VIOLATION) — the RearmWait entry.
     """
-    now = clock.now()
     violation = contract_violation(step_spec=step_spec, value_text=signal.payload)
     if violation is not None:
         wait.state = WaitState.NEEDS_REVIEW
         signal.state = SignalState.REJECTED
         signal.disposition = Disposition.CONTRACT_VIOLATION
         reason = f"signal {signal.id} breaks the contract of {step.key}: {violation}"
-        step_enter_review(instance=instance, gate=gate, step=step, activation=activation, reason=reason)
+        step_enter_review(
+            instance=instance,
+            gate=gate,
+            step=step,
+            activation=activation,
+            reason=reason,
+            cause=ReviewCause.SIGNAL_CONTRACT_VIOLATION,
+            now=now,
+        )
         disposition = Disposition.CONTRACT_VIOLATION
     else:
         wait.state = WaitState.SATISFIED

@@ -4,7 +4,16 @@ import datetime as dt
 
 from django.db import models
 
-from history.models import Activation, ActivationState, Gate, InstanceState, Step, StepState, WorkflowInstance
+from history.models import (
+    Activation,
+    ActivationState,
+    Gate,
+    InstanceState,
+    ReviewCause,
+    Step,
+    StepState,
+    WorkflowInstance,
+)
 
 
 def touch(row: models.Model, now: dt.datetime, **changes) -> None:
@@ -36,26 +45,49 @@ def gate_sync(*, gate: Gate, instance: WorkflowInstance) -> bool:
     return True
 
 
-def instance_enter_review(*, instance: WorkflowInstance, gate: Gate, reason: str) -> None:
+def instance_enter_review(
+    *,
+    instance: WorkflowInstance,
+    gate: Gate | None,
+    reason: str,
+    cause: ReviewCause,
+    now: dt.datetime,
+    step_key: str = "",
+) -> None:
     """RUNNING or CANCELLING → NEEDS_REVIEW with the gate closed; the stop intent is kept.
 
-    An instance already in review keeps its first reason; a finished instance is left alone.
-    The caller bumps the instance revision (``touch``) at the end of its transaction.
+    Entering review records why: the text ``reason``, the stable ``cause``, the step it concerns
+    (blank for an instance-wide cause) and since when. An instance already in review keeps its
+    first reason, cause, step and time; a finished instance is left alone. An instance whose gate
+    is missing (corruption) has none to close. The caller bumps the instance revision (``touch``)
+    at the end of its transaction.
     """
     if instance.state in (InstanceState.RUNNING, InstanceState.CANCELLING):
         instance.state = InstanceState.NEEDS_REVIEW
         instance.review_reason = reason[:1024]
-    gate_sync(gate=gate, instance=instance)
+        instance.review_cause = cause
+        instance.review_step_key = step_key
+        instance.review_since = now
+    if gate is not None:
+        gate_sync(gate=gate, instance=instance)
 
 
 def step_enter_review(
-    *, instance: WorkflowInstance, gate: Gate, step: Step, activation: Activation, reason: str, failed: bool = False
+    *,
+    instance: WorkflowInstance,
+    gate: Gate,
+    step: Step,
+    activation: Activation,
+    reason: str,
+    cause: ReviewCause,
+    now: dt.datetime,
+    failed: bool = False,
 ) -> None:
     """The step and its current activation stop — NEEDS_REVIEW, or FAILED when ``failed`` — and the instance
-    enters review with ``reason``. The caller saves the rows (``touch``)."""
+    enters review with ``reason`` and ``cause`` for this step. The caller saves the rows (``touch``)."""
     activation.state = ActivationState.FAILED if failed else ActivationState.NEEDS_REVIEW
     step.state = StepState.FAILED if failed else StepState.NEEDS_REVIEW
-    instance_enter_review(instance=instance, gate=gate, reason=reason)
+    instance_enter_review(instance=instance, gate=gate, reason=reason, cause=cause, now=now, step_key=step.key)
 
 
 def step_conclude(
@@ -78,12 +110,13 @@ def step_conclude(
 def instance_review_lift(
     *, instance: WorkflowInstance, gate: Gate, state: str, stop_kind: str | None, stop_reason: str
 ) -> None:
-    """NEEDS_REVIEW → ``state`` (RUNNING, or CANCELLING to hand a stop to the stop path), the review reason
-    cleared and the gate synced to the new state. The caller bumps the instance revision."""
+    """NEEDS_REVIEW → ``state`` (RUNNING, or CANCELLING to hand a stop to the stop path), the review reason,
+    cause, step and time cleared and the gate synced to the new state. The caller bumps the instance revision."""
     if instance.state != InstanceState.NEEDS_REVIEW or state not in (InstanceState.RUNNING, InstanceState.CANCELLING):
         raise AssertionError(f"an instance leaves review for RUNNING or CANCELLING, not {instance.state} → {state}")
     instance.state, instance.stop_kind, instance.stop_reason = state, stop_kind, stop_reason
     instance.review_reason = ""
+    instance.review_cause, instance.review_step_key, instance.review_since = "", "", None
     gate_sync(gate=gate, instance=instance)
 
 

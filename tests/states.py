@@ -39,6 +39,7 @@ from history.models import (
     Queue,
     ResultEvent,
     ResultKind,
+    ReviewCause,
     Signal,
     Step,
     StepKind,
@@ -504,6 +505,52 @@ def poll_pending_reviewed_state(tenancy, **options) -> State:
     return state
 
 
+def _task_answer_broken(engine, wait) -> WorkflowInstance:
+    instance = _started(engine, [TASK_STEP], 4 * 3600)
+    _answered(engine, "SUCCEEDED", {"paid": "yes"})
+    return instance
+
+
+def result_contract_violation_state(tenancy, **options) -> State:
+    """The task succeeded with a result that breaks the step's contract: activation and step in review."""
+    return _built(tenancy, _task_answer_broken, **options)
+
+
+def _poll_answered(engine, wait, *, answer: dict) -> WorkflowInstance:
+    instance = _started(engine, [POLL_STEP], 4 * 3600)
+    _answered(engine, "SUCCEEDED", answer)
+    return instance
+
+
+def poll_answered_state(tenancy, *, answer: dict, **options) -> State:
+    """Round 1's query answered ``answer``: ``{"status": "REJECTED"}`` is classified FAILED (step FAILED),
+    a status the mapping does not name is unclassified (step NEEDS_REVIEW); in review either way."""
+    return _built(tenancy, _poll_answered, answer=answer, **options)
+
+
+# A poll deadline a round and a half away: round 2 is still due before it, round 3 no longer.
+SHORT_POLL_STEP = POLL_STEP | {"poll_deadline_seconds": 90, "round_deadline_seconds": 90}
+
+
+def _poll_deadline(engine, wait, *, seen_by: str) -> WorkflowInstance:
+    instance = _started(engine, [SHORT_POLL_STEP], 4 * 3600)
+    _answered(engine, "SUCCEEDED", exactjson.loads(PENDING_ANSWER))
+    if seen_by == "round":  # the round pass comes after the deadline: no round 2
+        wait(dt.timedelta(seconds=SHORT_POLL_STEP["poll_deadline_seconds"] + 1))
+        _passes("poll_rounds")
+    else:  # round 2 answers PENDING: round 3 would be due after the deadline
+        wait(dt.timedelta(seconds=SHORT_POLL_STEP["interval_seconds"] + 1))
+        _passes("poll_rounds")
+        _answered(engine, "SUCCEEDED", exactjson.loads(PENDING_ANSWER))
+    return instance
+
+
+def poll_deadline_state(tenancy, *, seen_by: str, **options) -> State:
+    """A POLL step still PENDING at its poll deadline, ``seen_by`` the ``round`` pass (the next round came
+    due after it) or the ``answer`` of round 2 (round 3 would be due after it): activation and step in review."""
+    return _built(tenancy, _poll_deadline, seen_by=seen_by, **options)
+
+
 # ---- SIGNAL and TIMER -------------------------------------------------------------------------
 
 SIGNAL_STEP = {
@@ -578,6 +625,36 @@ def poll_final_signal_violation_state(tenancy, **options) -> State:
     return _built(tenancy, _final_signal_violated, **options)
 
 
+# A signal wait that passes its deadline while the build waits out nothing longer.
+SHORT_SIGNAL_STEP = SIGNAL_STEP | {"deadline_seconds": 60}
+
+
+def _wait_expired(engine, wait) -> WorkflowInstance:
+    instance = _started(engine, [SHORT_SIGNAL_STEP], 4 * 3600)
+    wait(dt.timedelta(seconds=SHORT_SIGNAL_STEP["deadline_seconds"] + 1))
+    _passes("wait_deadlines")
+    return instance
+
+
+def wait_expired_state(tenancy, **options) -> State:
+    """No signal came before the wait's deadline: wait EXPIRED, activation and step in review."""
+    return _built(tenancy, _wait_expired, **options)
+
+
+def _reviewed_twice(engine, wait) -> WorkflowInstance:
+    instance = _started(engine, [TASK_STEP, SHORT_SIGNAL_STEP], 4 * 3600)
+    _answered(engine, "FAILED", {"error": "declined"})
+    wait(dt.timedelta(seconds=SHORT_SIGNAL_STEP["deadline_seconds"] + 1))
+    _passes("wait_deadlines")
+    return instance
+
+
+def reviewed_twice_state(tenancy, **options) -> State:
+    """The task of ``charge`` failed on its first attempt (in review), then the signal wait of the parallel
+    ``approval`` passed its deadline: both steps in review, the instance once."""
+    return _built(tenancy, _reviewed_twice, **options)
+
+
 # ---- other instances ---------------------------------------------------------------------------
 
 OTHERS_STEPS = [
@@ -617,8 +694,9 @@ def _definition(namespace_id: str, steps: list[dict]) -> WorkflowDefinition:
     )
 
 
-def instance_make(tenancy, steps: list[dict]) -> State:
-    """An instance in NEEDS_REVIEW (gate closed) with its $root step and one PENDING step per node."""
+def instance_make(tenancy, steps: list[dict], cause: str = ReviewCause.TASK_FAILED_BUDGET_LEFT) -> State:
+    """An instance in NEEDS_REVIEW (gate closed) with its $root step and one PENDING step per node; it entered
+    review for ``cause`` about its first step."""
     namespace, application, queues = tenancy
     now = clock.now()
     definition = _definition(namespace.id, steps)
@@ -632,6 +710,9 @@ def instance_make(tenancy, steps: list[dict]) -> State:
         input='{"order":"A-1","amount":1.10}',
         deadline_at=now + 4 * HOUR,
         review_reason="a step needs review",
+        review_cause=cause,
+        review_step_key=steps[0]["key"],
+        review_since=now,
         created_at=now - HOUR,
     )
     Gate.objects.create(instance=instance, open=False, revision=3)

@@ -235,6 +235,9 @@ class Workflow:
     stop_kind: str | None = None
     deadline_at: dt.datetime | None = None
     review_reason: str | None = None
+    review_cause: str | None = None  # a stable code while in review, e.g. task_outcome_unknown
+    review_step_key: str | None = None  # absent when the cause concerns the whole instance
+    review_since: dt.datetime | None = None
     completed_at: dt.datetime | None = None
 
 

@@ -5,7 +5,9 @@ from django.contrib.auth.models import Group, User
 
 from core.ids import ROOT_STEP_KEY
 from history import models
+from history.models import ReviewCause
 from history.tenancy import namespace_ensure
+from tests import states
 
 pytestmark = pytest.mark.django_db
 
@@ -200,3 +202,18 @@ def test_page_query_counts_do_not_grow_with_the_history(client, acme, url):
     before = _queries(client, url.format(id=large.id))
     _grow_history(_instance(acme), 25)
     assert _queries(client, url.format(id=large.id)) == before
+
+
+def test_the_instance_list_shows_and_filters_by_review_cause_step_and_time(client, tenancy):
+    namespace = tenancy[0]
+    unknown = states.task_unknown_state(tenancy).instance
+    late = states.timer_late_state(tenancy).instance
+    client.force_login(_user("olga", namespace, "operators"))
+    html = client.get("/admin/history/workflowinstance/").content.decode()
+    for header in ("Review cause", "Review step", "In review since"):
+        assert f">{header}</a>" in html, header
+    assert '<td class="field-cause_of_review">task_outcome_unknown</td>' in html
+    assert '<td class="field-step_in_review">cooldown</td>' in html
+    filtered = client.get("/admin/history/workflowinstance/", {"review_cause__exact": "timer_late"}).content.decode()
+    assert late.id in filtered and unknown.id not in filtered
+    assert ReviewCause.TIMER_LATE.label in filtered  # the filter names each cause by its meaning

@@ -13,6 +13,7 @@ from history.models import (
     Task,
     WorkflowInstance,
 )
+from tests import states
 from tests.engine.conftest import task_step
 
 
@@ -92,3 +93,27 @@ def test_a_wait_winner_not_consumed_by_that_wait_is_reported(engine):
     assert invariants_check() == []
     Signal.objects.update(consumed_wait_id=None)
     assert "wait_winner" in _codes()
+
+
+def test_an_instance_in_review_without_a_cause_or_time_is_reported(ran):
+    WorkflowInstance.objects.filter(pk=ran.id).update(state="NEEDS_REVIEW")
+    assert "review_cause_missing" in _codes()
+    WorkflowInstance.objects.filter(pk=ran.id).update(review_cause="poll_failed")
+    assert "review_cause_missing" in _codes()
+    WorkflowInstance.objects.filter(pk=ran.id).update(review_since=ran.updated_at)
+    assert "review_cause_missing" not in _codes()
+
+
+@pytest.mark.parametrize(
+    "left", [{"review_cause": "poll_failed"}, {"review_step_key": "a"}, {"review_since": "2026-01-01T00:00:00Z"}]
+)
+def test_an_instance_out_of_review_still_recording_a_review_is_reported(ran, left):
+    WorkflowInstance.objects.filter(pk=ran.id).update(**left)
+    assert "review_cause_stale" in _codes()
+
+
+def test_a_review_naming_a_step_the_instance_does_not_have_is_reported(tenancy):
+    state = states.task_failed_state(tenancy)
+    assert invariants_check() == []
+    WorkflowInstance.objects.filter(pk=state.instance.pk).update(review_step_key="refund")
+    assert [v.code for v in invariants_check()] == ["review_step_unknown"]

@@ -23,6 +23,7 @@ from history.models import (
     Gate,
     InstanceState,
     PollRound,
+    ReviewCause,
     Step,
     StepState,
     Task,
@@ -73,6 +74,7 @@ def test_lifting_review_to_running_opens_the_gate_unless_paused_and_to_cancellin
         instance_control_touch(instance=instance, now=clock.now())
     stored = WorkflowInstance.objects.get(pk=instance.pk)
     assert (stored.state, stored.review_reason, Gate.objects.get(pk=instance.pk).open) == ("RUNNING", "", True)
+    assert (stored.review_cause, stored.review_step_key, stored.review_since) == ("", "", None)
     assert (stored.revision, stored.control_revision) == (revisions[0] + 1, revisions[1] + 1)
 
     paused, _ = _failed_task_step(engine)
@@ -103,9 +105,24 @@ def test_a_step_entering_review_takes_its_activation_along_and_closes_the_gate(e
         gate = Gate.objects.get(pk=instance.pk)
         step = Step.objects.get(instance=instance, key="a")
         activation = Activation.objects.get(step=step)
-        step_enter_review(instance=instance, gate=gate, step=step, activation=activation, reason="why", failed=failed)
+        now = clock.now()
+        step_enter_review(
+            instance=instance,
+            gate=gate,
+            step=step,
+            activation=activation,
+            reason="why",
+            cause=ReviewCause.TASK_OUTCOME_UNKNOWN,
+            now=now,
+            failed=failed,
+        )
         assert (step.state, activation.state) == (state, state)
         assert (instance.state, instance.review_reason) == ("NEEDS_REVIEW", "why")
+        assert (instance.review_cause, instance.review_step_key, instance.review_since) == (
+            "task_outcome_unknown",
+            "a",
+            now,
+        )
         assert not Gate.objects.get(pk=instance.pk).open  # the gate is saved; the caller saves the rest
         assert Step.objects.get(pk=step.pk).state == "ACTIVE"
 
@@ -137,7 +154,13 @@ def test_a_confirmed_pending_waits_again_for_the_next_round_without_a_new_query(
     activation = Activation.objects.get(pk=step.current_activation_id)
     with transaction.atomic():
         step_enter_review(
-            instance=instance, gate=Gate.objects.get(pk=instance.pk), step=step, activation=activation, reason="why"
+            instance=instance,
+            gate=Gate.objects.get(pk=instance.pk),
+            step=step,
+            activation=activation,
+            reason="why",
+            cause=ReviewCause.POLL_EXHAUSTED,
+            now=clock.now(),
         )
     due_at, revisions = activation.next_round_at, (step.revision, activation.revision)
     with transaction.atomic():

@@ -11,6 +11,7 @@ from history.models import (
     AttemptState,
     InstanceState,
     Queue,
+    ReviewCause,
     Step,
     StopKind,
     Task,
@@ -61,6 +62,9 @@ def test_the_instance_detail_shows_stop_deadline_review_and_completion_only_when
     workflow.stop_kind = StopKind.CANCEL
     workflow.deadline_at = T0
     workflow.review_reason = "lease expired"
+    workflow.review_cause = ReviewCause.TASK_OUTCOME_UNKNOWN
+    workflow.review_step_key = "charge"
+    workflow.review_since = T0 + dt.timedelta(seconds=1)
     workflow.completed_at = T0
     workflow.revision, workflow.control_revision = 9, 4
     workflow.save()
@@ -73,6 +77,21 @@ def test_the_instance_detail_shows_stop_deadline_review_and_completion_only_when
         "2026-09-18T08:00:00Z",
     )
     assert (data["revision"], data["control_revision"], data["state"]) == ("9", "4", "NEEDS_REVIEW")
+    assert (data["review_cause"], data["review_step_key"], data["review_since"]) == (
+        "task_outcome_unknown",
+        "charge",
+        "2026-09-18T08:00:01Z",
+    )
+
+
+def test_the_instance_detail_leaves_out_the_step_of_an_instance_wide_review_cause(workflow, reader, call):
+    workflow.state = InstanceState.NEEDS_REVIEW
+    workflow.review_reason = "corrupt inbox record"
+    workflow.review_cause = ReviewCause.CORRUPT_INBOX_RECORD
+    workflow.review_since = T0
+    workflow.save()
+    _, body = call(f"/v1/workflows/{workflow.id}", reader)
+    assert body["data"]["review_cause"] == "corrupt_inbox_record" and "review_step_key" not in body["data"]
 
 
 def test_each_step_shows_its_current_activation_with_the_task_a_recovery_command_needs(workflow, reader, call):

@@ -21,6 +21,7 @@ from history.models import (
     ActivationState,
     AttemptState,
     Disposition,
+    ReviewCause,
     Scope,
     SignalState,
     Step,
@@ -119,7 +120,13 @@ def _fill_optional_fields(history_rows):
     """Give every optional field of the read bodies a value, so the strict check sees them all."""
     workflow = history_rows.workflow
     WorkflowInstance.objects.filter(id=workflow.id).update(
-        stop_kind="CANCEL", deadline_at=T0, review_reason="lease expired", completed_at=T0
+        stop_kind="CANCEL",
+        deadline_at=T0,
+        review_reason="lease expired",
+        review_cause="task_outcome_unknown",
+        review_step_key="charge",
+        review_since=T0,
+        completed_at=T0,
     )
     Step.objects.filter(id=history_rows.charge.step_id).update(resolution={"conclusion": "FAILED"})
     activate(step_of(workflow, "approve"), state=ActivationState.SUCCEEDED, completed_at=T0, output="null")
@@ -555,3 +562,9 @@ def test_every_link_names_a_described_operation_and_its_parameters(openapi):
                 assert set(link.get("requestBody", {})) <= properties
                 linked += 1
     assert linked >= 10
+
+
+def test_the_review_cause_is_documented_with_every_code_the_engine_records(openapi):
+    assert openapi["components"]["schemas"]["ReviewCause"]["enum"] == list(ReviewCause.values)
+    detail = openapi["components"]["schemas"]["InstanceDetail"]["properties"]
+    assert {"review_cause", "review_step_key", "review_since"} <= set(detail)

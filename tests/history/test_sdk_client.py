@@ -172,6 +172,33 @@ def test_an_error_answer_raises_with_code_message_field_request_id_and_status():
     )
 
 
+def test_a_workflow_in_review_decodes_its_review_cause_step_and_time():
+    body = {
+        "id": W,
+        "namespace": "acme",
+        "definition": {"name": "order", "version": 1},
+        "state": "NEEDS_REVIEW",
+        "paused": False,
+        "revision": "4",
+        "control_revision": "1",
+        "review_reason": "the outcome of task x of step charge is unknown (lease expired)",
+        "review_cause": "task_outcome_unknown",
+        "review_step_key": "charge",
+        "review_since": "2026-09-18T08:00:01Z",
+        "created_at": "2026-09-18T08:00:00Z",
+        "updated_at": "2026-09-18T08:00:01Z",
+        "steps": [],
+        "eligibility": {},
+    }
+    workflow = client_for(Server((200, body))).get_workflow(W)
+    assert (workflow.review_cause, workflow.review_step_key) == ("task_outcome_unknown", "charge")
+    assert workflow.review_since.isoformat() == "2026-09-18T08:00:01+00:00"
+    review = ("review_reason", "review_cause", "review_step_key", "review_since")
+    running = {key: value for key, value in body.items() if key not in review} | {"state": "RUNNING"}
+    workflow = client_for(Server((200, running))).get_workflow(W)
+    assert (workflow.review_cause, workflow.review_step_key, workflow.review_since) == (None, None, None)
+
+
 def test_a_network_error_on_a_read_re_reads_the_same_resource():
     server = Server((0, httpx.ConnectError("down")), (200, PAGE))
     page = client_for(server).list_workflow_activations(W, "charge", limit=1, cursor="c:1")

@@ -48,6 +48,28 @@ def test_continue_runs_the_instance_opens_the_gate_and_saves_a_root_continuation
     states.assert_invariants(state)
 
 
+def test_continue_clears_the_review_cause_step_and_time_with_the_reason(tenancy, recoverer):
+    state = _resolved(tenancy, recoverer)
+    assert (state.instance.review_cause, state.instance.review_step_key) == ("task_outcome_unknown", "charge")
+    _, instance, _ = _continue(state, recoverer)
+    assert instance.state == "RUNNING"
+    assert (instance.review_reason, instance.review_cause, instance.review_step_key, instance.review_since) == (
+        "",
+        "",
+        "",
+        None,
+    )
+    states.assert_invariants(state)
+
+
+def test_continue_handing_a_stop_to_the_stop_path_clears_the_review_cause_too(tenancy, recoverer):
+    state = _resolved(tenancy, recoverer, conclusion="FAILED")
+    _, instance, _ = _continue(state, recoverer)
+    assert instance.state in ("CANCELLING", "FAILED") and instance.stop_kind == "FAIL"
+    assert (instance.review_cause, instance.review_step_key, instance.review_since) == ("", "", None)
+    states.assert_invariants(state)
+
+
 def test_continue_does_not_lift_an_explicit_pause(tenancy, recoverer):
     state = _resolved(tenancy, recoverer, paused=True)
     receipt, instance, gate = _continue(state, recoverer)

@@ -1,0 +1,170 @@
+"""Every transition into review records its cause, the step it concerns and since when.
+
+Each state is reached through the engine (``tests.states``); the two instance-wide causes start
+from rows made inconsistent on purpose, as the corruption and poison tests do.
+"""
+
+import importlib
+
+import pytest
+from django.apps import apps
+
+from core import clock
+from engine import runner
+from history.models import InstanceState, ResultEvent, ReviewCause, Task, WorkflowInstance
+from history.tenancy import namespace_ensure
+from tests import states
+from tests.engine.conftest import Engine, task_step
+
+backfill_migration = importlib.import_module("history.migrations.0007_review_cause_backfill")
+
+pytestmark = pytest.mark.django_db
+
+# Invalid JSON text stored as a result: the contract check raises instead of answering.
+INVALID = '{"n":1'
+CONTRACT = {"type": "object", "properties": {"n": {"type": "integer"}}}
+
+
+def _engine(tenancy) -> Engine:
+    namespace, application, _ = tenancy
+    _, _, queues = namespace_ensure(name=namespace.name, application=application.name, queues=["payments", "polls"])
+    return Engine(namespace, application, queues)
+
+
+def _corrupt_record(tenancy) -> WorkflowInstance:
+    """The worked task moved off its step's fixed queue before the runner took its result."""
+    with clock.moved(-states.BUILT_AGO):
+        return _corrupted(_engine(tenancy))
+
+
+def _corrupted(engine: Engine) -> WorkflowInstance:
+    instance = engine.start(engine.define([task_step("a")]))
+    engine.settle()
+    engine.work()
+    Task.objects.update(queue=engine.queues["polls"])
+    engine.settle()
+    return instance
+
+
+def _poisoned_result(tenancy) -> WorkflowInstance:
+    """A result the contract check cannot read: the inbox duty sets it aside."""
+    with clock.moved(-states.BUILT_AGO):
+        return _poisoned(_engine(tenancy))
+
+
+def _poisoned(engine: Engine) -> WorkflowInstance:
+    instance = engine.start(engine.define([task_step("a", contract=CONTRACT)]))
+    engine.settle()
+    engine.work()
+    ResultEvent.objects.filter(task__source_instance=instance).update(result=INVALID)
+    runner.runner_settle()
+    return instance
+
+
+def _of(build):
+    return lambda tenancy: build(tenancy).instance
+
+
+# cause → (how the engine got there, the step the cause names)
+REACHED = {
+    ReviewCause.TASK_OUTCOME_UNKNOWN: (_of(states.task_unknown_state), "charge"),
+    ReviewCause.TASK_FAILED_BUDGET_LEFT: (_of(states.task_failed_state), "charge"),
+    ReviewCause.TASK_BUDGET_EXHAUSTED: (_of(lambda t: states.task_failed_state(t, attempts_used=3)), "charge"),
+    ReviewCause.RESULT_CONTRACT_VIOLATION: (_of(states.result_contract_violation_state), "charge"),
+    ReviewCause.POLL_REQUEST_FAILED: (_of(states.poll_round_failed_state), "settle"),
+    ReviewCause.POLL_UNCLASSIFIED: (_of(lambda t: states.poll_answered_state(t, answer={"status": "LOST"})), "settle"),
+    ReviewCause.POLL_FAILED: (_of(lambda t: states.poll_answered_state(t, answer={"status": "REJECTED"})), "settle"),
+    ReviewCause.POLL_EXHAUSTED: (_of(states.poll_rounds_exhausted_state), "settle"),
+    ReviewCause.SIGNAL_CONTRACT_VIOLATION: (_of(states.signal_contract_violation_state), "approval"),
+    ReviewCause.WAIT_EXPIRED: (_of(states.wait_expired_state), "approval"),
+    ReviewCause.TIMER_LATE: (_of(states.timer_late_state), "cooldown"),
+    ReviewCause.QUARANTINED_INPUT: (_poisoned_result, ""),
+    ReviewCause.CORRUPT_INBOX_RECORD: (_corrupt_record, ""),
+}
+# Causes reached along more than one path: (id, cause, build, step).
+ALSO = [
+    ("poll deadline seen by the round pass", ReviewCause.POLL_DEADLINE_PASSED, "round", "settle"),
+    ("poll deadline seen by the answer", ReviewCause.POLL_DEADLINE_PASSED, "answer", "settle"),
+    ("final signal breaks the contract", ReviewCause.SIGNAL_CONTRACT_VIOLATION, None, "settle"),
+]
+PATHS = [(cause.value, cause, build, key) for cause, (build, key) in REACHED.items()] + [
+    (
+        name,
+        cause,
+        _of(lambda t, seen_by=seen_by: states.poll_deadline_state(t, seen_by=seen_by))
+        if seen_by
+        else _of(states.poll_final_signal_violation_state),
+        key,
+    )
+    for name, cause, seen_by, key in ALSO
+]
+
+
+def test_every_cause_but_the_legacy_one_is_reached_by_the_engine():
+    assert {cause for _, cause, _, _ in PATHS} == set(ReviewCause) - {ReviewCause.UNCLASSIFIED}
+
+
+@pytest.mark.parametrize(("cause", "build", "key"), [p[1:] for p in PATHS], ids=[p[0] for p in PATHS])
+def test_entering_review_records_the_cause_its_step_and_since_when(tenancy, cause, build, key):
+    started = clock.now()
+    instance = WorkflowInstance.objects.get(pk=build(tenancy).pk)
+    assert instance.state == InstanceState.NEEDS_REVIEW and instance.review_reason
+    assert (instance.review_cause, instance.review_step_key) == (cause, key)
+    # Built back in time: review began then, and nothing changed the instance before it.
+    assert started - states.BUILT_AGO <= instance.review_since <= instance.updated_at < started
+
+
+def test_an_instance_already_in_review_keeps_its_first_reason_cause_step_and_time(tenancy):
+    state = states.reviewed_twice_state(tenancy)
+    instance = state.instance
+    assert state.steps["approval"].state == "NEEDS_REVIEW" and state.steps["charge"].state == "FAILED"
+    assert (instance.review_cause, instance.review_step_key) == (ReviewCause.TASK_FAILED_BUDGET_LEFT, "charge")
+    assert instance.review_reason.endswith("of step charge failed")
+    assert instance.review_since < state.steps["approval"].updated_at
+    states.assert_invariants(state)
+
+
+def test_a_second_review_after_continue_records_its_own_cause(tenancy):
+    """RetryStep and Continue lifted the first review; the retry failed too and spent the budget."""
+    state = states.task_retried_state(tenancy, attempts_used=(1, 2))
+    instance = state.instance
+    assert (instance.review_cause, instance.review_step_key) == (ReviewCause.TASK_BUDGET_EXHAUSTED, "charge")
+    assert instance.review_since > state.activations[0].updated_at
+    states.assert_invariants(state)
+
+
+# ---- the backfill of rows that entered review before causes were recorded -------------------
+
+
+@pytest.mark.parametrize(("cause", "build", "key"), [p[1:] for p in PATHS], ids=[p[0] for p in PATHS])
+def test_the_backfill_reads_each_engine_reason_back_to_its_cause_and_step(tenancy, cause, build, key):
+    instance = WorkflowInstance.objects.get(pk=build(tenancy).pk)
+    read = backfill_migration.review_cause_of(instance.review_reason)
+    failed = (ReviewCause.TASK_FAILED_BUDGET_LEFT, ReviewCause.TASK_BUDGET_EXHAUSTED, ReviewCause.POLL_REQUEST_FAILED)
+    assert read == (backfill_migration.TASK_FAILED if cause in failed else cause, key or None)
+
+    WorkflowInstance.objects.filter(pk=instance.pk).update(review_cause="", review_step_key="", review_since=None)
+    backfill_migration.backfill(apps, None)
+    stored = WorkflowInstance.objects.get(pk=instance.pk)
+    assert (stored.review_cause, stored.review_step_key, stored.review_since) == (cause, key, instance.updated_at)
+
+
+def test_the_backfill_marks_an_unknown_reason_unclassified_with_the_one_step_in_review(tenancy):
+    state = states.task_unknown_state(tenancy)
+    WorkflowInstance.objects.filter(pk=state.instance.pk).update(
+        review_reason="lease expired", review_cause="", review_step_key="", review_since=None
+    )
+    untouched = states.task_failed_state(tenancy).instance
+    backfill_migration.backfill(apps, None)
+    stored = WorkflowInstance.objects.get(pk=state.instance.pk)
+    assert (stored.review_cause, stored.review_step_key) == (ReviewCause.UNCLASSIFIED, "charge")
+    assert WorkflowInstance.objects.get(pk=untouched.pk).review_since == untouched.review_since
+    assert backfill_migration.review_cause_of("") == (ReviewCause.UNCLASSIFIED, None)
+
+
+def test_the_backfill_leaves_instances_outside_review_blank(tenancy):
+    engine = _engine(tenancy)
+    running = engine.start(engine.define([task_step("a")]))
+    backfill_migration.backfill(apps, None)
+    stored = WorkflowInstance.objects.get(pk=running.pk)
+    assert (stored.review_cause, stored.review_step_key, stored.review_since) == ("", "", None)
