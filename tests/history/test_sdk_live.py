@@ -3,7 +3,8 @@
 import pytest
 from weave_sdk import InvalidArgument, NotFound, PermissionDenied, RawJSON, WeaveClient
 
-from history.models import ActivationState, AttemptState, Scope
+from history.models import ActivationState, AttemptState, InstanceEvent, Scope
+from tests import states
 from tests.factories import (
     AttemptFactory,
     SignalOperationFactory,
@@ -106,3 +107,28 @@ def test_server_refusals_reach_the_caller_with_code_field_and_request_id(live_se
     with _client(live_server, issue_token, Scope.AUDIT_READ) as auditor, pytest.raises(NotFound):
         by_operation_id = recovered["acceptance"].operation_id
         auditor.get_workflow_signal_operation(workflow_id, recovered["signal"].id, by_operation_id)
+
+
+def test_the_sdk_walks_an_engine_built_timeline_with_its_filters(live_server, issue_token, tenancy):
+    state = states.task_reviewed_state(tenancy)
+    stored = InstanceEvent.objects.filter(instance=state.instance)
+    with _client(live_server, issue_token, Scope.READ) as client:
+        events = list(client.iter_workflow_events(state.instance.id, order="desc", limit=7))
+        assert [e.sequence for e in events] == list(range(stored.count(), 0, -1))
+        first = events[-1]
+        assert (first.kind, first.before, first.after, first.subject.type) == (
+            "instance.created",
+            None,
+            "RUNNING",
+            "instance",
+        )
+        tasks = list(
+            client.iter_workflow_events(state.instance.id, kind=["task.state"], step_key=state.step.key, limit=1)
+        )
+        assert [(e.before, e.after) for e in tasks] == list(
+            stored.filter(kind="task.state").order_by("sequence").values_list("before", "after")
+        )
+        assert all(e.links.task == f"/v1/workflows/{state.instance.id}/tasks/{state.task.id}" for e in tasks)
+        with pytest.raises(InvalidArgument) as refused:
+            client.list_workflow_events(state.instance.id, kind="task.done")
+        assert refused.value.field == "kind" and refused.value.status == 400
