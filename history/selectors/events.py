@@ -108,7 +108,8 @@ def _subject(model) -> QuerySet:
     return model.objects.filter(pk=OuterRef("subject_id"))
 
 
-def _events(instance_id: str, filters: EventFilters) -> QuerySet[InstanceEvent]:
+def event_queryset(*, instance_id: str, filters: EventFilters) -> QuerySet[InstanceEvent]:
+    """The instance's events matching ``filters``, with what their links need (unordered, unpaged)."""
     queryset = InstanceEvent.objects.filter(instance_id=instance_id)
     if filters.kinds:
         queryset = queryset.filter(kind__in=filters.kinds)
@@ -147,7 +148,11 @@ def event_page(
 ) -> Page[InstanceEvent]:
     """One page of the timeline of an instance the caller may see, in sequence order (``filters.descending``)."""
     return keyset_page(
-        _events(instance.id, filters), kind=EVENTS, after=after, limit=limit, descending=filters.descending
+        event_queryset(instance_id=instance.id, filters=filters),
+        kind=EVENTS,
+        after=after,
+        limit=limit,
+        descending=filters.descending,
     )
 
 

@@ -1,12 +1,13 @@
 """GET /v1/workflows/{id}/events: an instance's timeline, filtered, in sequence order, paged by signed cursors."""
 
 import pytest
+from django.db import connection
 
 from history.credentials import credential_issue
 from history.events import KINDS
 from history.models import InstanceEvent, Scope
 from history.selectors.access import INSTANCE_NOT_FOUND
-from history.selectors.events import MAX_SEQUENCE
+from history.selectors.events import MAX_SEQUENCE, EventFilters, event_queryset
 from history.tenancy import namespace_ensure
 from tests import states
 from tests.conftest import bearer
@@ -308,3 +309,27 @@ def test_every_link_answers_its_read(reviewed, violated, events_of, api, issue_t
         assert len(paths) > 4
         for path in paths:
             assert api.get(path, **bearer(token)).status_code == 200, path
+
+
+@pytest.mark.parametrize(
+    ("filters", "index"),
+    [
+        ({}, "event_instance_sequence"),
+        ({"kinds": ("task.state",)}, "event_instance_kind"),
+        ({"step_key": "charge"}, "event_instance_step"),
+    ],
+)
+def test_each_timeline_filter_is_served_by_its_index_on_mariadb(reviewed, filters, index):
+    if connection.vendor != "mysql":
+        pytest.skip("the plan that matters is MariaDB's")
+    keys = (
+        event_queryset(instance_id=reviewed.instance.id, filters=EventFilters(**filters))
+        .order_by("sequence")
+        .values_list("pk", flat=True)
+    )
+    sql, params = keys[:21].query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN {sql}", params)
+        columns = [c[0] for c in cursor.description]
+        (plan,) = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    assert plan["key"] == index and "filesort" not in (plan["Extra"] or ""), plan
