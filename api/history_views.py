@@ -10,10 +10,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api import openapi, presenters, schema
-from api.params import list_params, no_params, path_id, path_step_key
+from api.params import PAGE_PARAMS, list_params, no_params, page_params, path_id, path_step_key, query_check
 from api.permissions import scope_required
 from history.models import Scope
-from history.selectors import activations, instances, operations, signals, tasks
+from history.selectors import activations, events, instances, operations, signals, tasks
 from history.selectors.pagination import ListKind, Page, cursor_encode
 from recovery.eligibility import instance_eligibility_document
 
@@ -196,3 +196,27 @@ class WorkflowOperationListView(HistoryView):
         result = operations.workflow_operation_list(identity=request.auth, instance_id=id, after=after, limit=limit)
         cursor = next_cursor(result.page, kind=operations.WORKFLOW_OPERATIONS, parents=parents)
         return Response(presenters.workflow_operation_page(result, next_cursor=cursor))
+
+
+class EventListView(HistoryView):
+    @extend_schema(
+        operation_id="list_workflow_events",
+        summary="The instance's timeline in sequence order (oldest first unless order=desc), no payload bodies",
+        parameters=[schema.WORKFLOW_ID, *schema.EVENT_FILTER_PARAMETERS, *schema.PAGE_PARAMETERS],
+        responses=schema.responses(schema.EventPage),
+    )
+    def get(self, request, id):
+        parents = [path_id(id, field="id")]
+        query = request.query_params
+        query_check(query, allowed=(*schema.EVENT_FILTERS, *PAGE_PARAMS), repeatable=("kind",))
+        filters = events.event_filters(
+            kinds=query.getlist("kind"),
+            step_key=query.get("step_key"),
+            after_sequence=query.get("after_sequence"),
+            order=query.get("order"),
+        )
+        parents += filters.binding()
+        limit, after = page_params(query, kind=events.EVENTS, parents=parents)
+        result = events.event_list(identity=request.auth, instance_id=id, filters=filters, after=after, limit=limit)
+        cursor = next_cursor(result.page, kind=events.EVENTS, parents=parents)
+        return Response(presenters.event_page(result, next_cursor=cursor))

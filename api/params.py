@@ -29,22 +29,32 @@ def path_step_key(value: str) -> str:
     return value
 
 
-def _only(query, allowed: Sequence[str]) -> None:
+PAGE_PARAMS = ("limit", "cursor")
+
+
+def query_check(query, *, allowed: Sequence[str], repeatable: Sequence[str] = ()) -> None:
+    """Only the ``allowed`` parameters, each once unless it is ``repeatable``."""
     for name in query:
         if name not in allowed:
             raise InvalidArgument(f"unknown query parameter {name!r}", field=name)
-        if len(query.getlist(name)) > 1:
+        if name not in repeatable and len(query.getlist(name)) > 1:
             raise InvalidArgument(f"query parameter {name!r} is repeated", field=name)
 
 
 def no_params(query) -> None:
     """Detail endpoints accept no query parameter at all."""
-    _only(query, ())
+    query_check(query, allowed=())
 
 
 def list_params(query, *, kind: ListKind, parents: Sequence[str]) -> tuple[int, tuple | None]:
     """``(limit, after)`` from ``?limit=&cursor=``; the cursor must belong to this list and parents."""
-    _only(query, ("limit", "cursor"))
+    query_check(query, allowed=PAGE_PARAMS)
+    return page_params(query, kind=kind, parents=parents)
+
+
+def page_params(query, *, kind: ListKind, parents: Sequence[str]) -> tuple[int, tuple | None]:
+    """``(limit, after)`` of a query whose parameter names were checked; a filtered list binds its cursor to its
+    filters by naming them in ``parents``."""
     limit = DEFAULT_LIMIT
     if "limit" in query:
         text = query["limit"]

@@ -6,10 +6,12 @@ as ``Raw`` (a NULL column is an absent output; the text ``null`` an explicit one
 """
 
 from core.exactjson import Raw
+from core.ids import ROOT_STEP_KEY
 from core.times import format_time
 from history.models import (
     Activation,
     Attempt,
+    InstanceEvent,
     PollRound,
     Signal,
     SignalOperation,
@@ -20,6 +22,7 @@ from history.models import (
     WorkflowOperation,
 )
 from history.selectors.activations import ActivationDetail, ActivationPage, PollRoundPage
+from history.selectors.events import EventPage
 from history.selectors.instances import InstanceDetail, LateEvidence, TaskDetail
 from history.selectors.operations import WorkflowOperationPage
 from history.selectors.pagination import Page
@@ -371,3 +374,52 @@ def signal_operation_page(page: Page[SignalOperation], *, next_cursor: str | Non
 def workflow_operation_page(result: WorkflowOperationPage, *, next_cursor: str | None) -> dict:
     data = {"workflow_id": result.instance.id, "revision": str(result.instance.revision)}
     return _page(data, items=[workflow_operation_item(r) for r in result.page.items], next_cursor=next_cursor)
+
+
+def event_links(event: InstanceEvent) -> dict:
+    """The detail reads of an event's subject (and of the task, activation or signal it belongs to)."""
+    workflow = f"/v1/workflows/{event.instance_id}"
+    subject, key = event.subject_type, event.step_key
+    step = f"{workflow}/steps/{key}" if key and key != ROOT_STEP_KEY else None
+    links: dict[str, str] = {}
+    if subject == "instance":
+        links["workflow"] = workflow
+    if subject == "step" and step:
+        links["activations"] = f"{step}/activations"
+    activation_id = event.subject_id if subject == "activation" else event.parent_activation_id
+    if activation_id and step:
+        links["activation"] = f"{step}/activations/{activation_id}"
+    task_id = event.subject_id if subject == "task" else event.parent_task_id
+    if task_id:
+        links["task"] = f"{workflow}/tasks/{task_id}"
+    signal_id = event.subject_id if subject == "signal" else event.parent_signal_id
+    if signal_id:
+        links["signal"] = f"{workflow}/signals/{signal_id}"
+    if event.audit_record == "signal_operation" and signal_id:
+        links["signal_operation"] = f"{workflow}/signals/{signal_id}/operations/{event.subject_id}"
+    if event.audit_record == "workflow_operation":
+        links["operations"] = f"{workflow}/operations"
+    return links
+
+
+def event_item(event: InstanceEvent) -> dict:
+    subject = {"type": event.subject_type, "id": event.subject_id}
+    _optional(subject, "step_key", event.step_key)
+    data = {"sequence": event.sequence, "kind": event.kind, "subject": subject}
+    _optional(data, "before", event.before)
+    _optional(data, "after", event.after)
+    _optional(data, "detail", event.detail)
+    actor = {"kind": event.actor_kind}
+    _optional(actor, "id", event.actor_id)
+    data["actor"] = actor
+    _optional(data, "operation_id", event.operation_id)
+    _optional(data, "audit_id", event.audit_id)
+    data["reconstructed"] = event.reconstructed
+    data["created_at"] = format_time(event.created_at)
+    data["links"] = event_links(event)
+    return data
+
+
+def event_page(result: EventPage, *, next_cursor: str | None) -> dict:
+    data = {"workflow_id": result.instance.id, "revision": str(result.instance.revision)}
+    return _page(data, items=[event_item(e) for e in result.page.items], next_cursor=next_cursor)

@@ -16,8 +16,10 @@ from rest_framework import serializers
 
 from api.params import DEFAULT_LIMIT, MAX_LIMIT
 from core import limits
-from core.ids import ID_PATTERN, MAX_UINT32, MAX_UINT64, STEP_KEY_PATTERN
+from core.ids import ID_PATTERN, MAX_UINT32, MAX_UINT64, ROOT_STEP_KEY, STEP_KEY_PATTERN
+from history.events import KINDS, SUBJECT_TYPES
 from history.models import ReviewCause
+from history.selectors.events import MAX_SEQUENCE, ORDERS
 from history.selectors.pagination import MAX_CURSOR_BYTES
 
 
@@ -301,6 +303,32 @@ PAGE_PARAMETERS = [
     ),
 ]
 
+EVENT_FILTERS = ("kind", "step_key", "after_sequence", "order")
+EVENT_FILTER_PARAMETERS = [
+    OpenApiParameter(
+        "kind",
+        {"type": "array", "items": {"type": "string", "enum": list(KINDS)}},
+        style="form",
+        explode=True,
+        description="only events of these kinds; repeat the parameter for several",
+    ),
+    OpenApiParameter(
+        "step_key",
+        {"type": "string", "pattern": f"^(?:{re.escape(ROOT_STEP_KEY)}|{STEP_KEY_PATTERN.pattern})$"},
+        description="only events of this step (a step key of the definition, or $root)",
+    ),
+    OpenApiParameter(
+        "after_sequence",
+        {"type": "integer", "minimum": 0, "maximum": MAX_SEQUENCE},
+        description="only events after this sequence; decimal without sign or leading zero",
+    ),
+    OpenApiParameter(
+        "order",
+        {"type": "string", "enum": list(ORDERS)},
+        description="by sequence: asc (default, oldest first) or desc; a cursor is bound to the filters and order",
+    ),
+]
+
 
 class TaskSummary(serializers.Serializer):
     id = IdField()
@@ -468,6 +496,51 @@ class WorkflowOperationPage(serializers.Serializer):
     workflow_id = IdField()
     revision = RevisionField()
     items = WorkflowOperationItem(many=True)
+    next_cursor = serializers.CharField(required=False)
+
+
+class EventSubject(serializers.Serializer):
+    type = serializers.ChoiceField(choices=sorted(set(SUBJECT_TYPES.values())))
+    id = IdField()
+    step_key = serializers.CharField(required=False, help_text="absent for instance-wide subjects; $root included")
+
+
+class EventActor(serializers.Serializer):
+    kind = serializers.CharField(help_text="engine, worker, client or operator")
+    id = serializers.CharField(required=False, help_text="the worker id or actor id; absent for the engine")
+
+
+class EventLinks(serializers.Serializer):
+    workflow = serializers.CharField(required=False, help_text="instance events: the instance")
+    activations = serializers.CharField(required=False, help_text="step events: the step's activations")
+    activation = serializers.CharField(required=False, help_text="the activation of the subject (or the subject)")
+    task = serializers.CharField(required=False, help_text="the execution history of the subject's task")
+    signal = serializers.CharField(required=False, help_text="the signal of the subject (or the subject)")
+    signal_operation = serializers.CharField(required=False, help_text="a signal audit record")
+    operations = serializers.CharField(required=False, help_text="a workflow audit record: the workflow audit")
+
+
+class EventItem(serializers.Serializer):
+    sequence = serializers.IntegerField(min_value=1, max_value=MAX_SEQUENCE, help_text="gap-free per instance")
+    kind = serializers.ChoiceField(choices=list(KINDS))
+    subject = EventSubject()
+    before = serializers.CharField(required=False, help_text="the subject's state before; absent for a creation")
+    after = serializers.CharField(required=False, help_text="the subject's state after; absent without a state")
+    detail = serializers.CharField(
+        required=False, help_text="review cause, inbox disposition, result kind (or LATE) or audit action"
+    )
+    actor = EventActor()
+    operation_id = IdField(required=False)
+    audit_id = IdField(required=False)
+    reconstructed = serializers.BooleanField(help_text="rebuilt from the rows that existed before the timeline")
+    created_at = TimeField()
+    links = EventLinks(help_text="paths of the detail reads; no payload is part of an event")
+
+
+class EventPage(serializers.Serializer):
+    workflow_id = IdField()
+    revision = RevisionField()
+    items = EventItem(many=True)
     next_cursor = serializers.CharField(required=False)
 
 

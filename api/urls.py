@@ -24,6 +24,7 @@ urlpatterns = [
     path(f"{W}/signals/<str:signal>/operations/<str:operation>", history_views.SignalOperationDetailView.as_view()),
     path(f"{W}/tasks/<str:task>", history_views.TaskDetailView.as_view()),
     path(f"{W}/operations", history_views.WorkflowOperationListView.as_view()),
+    path(f"{W}/events", history_views.EventListView.as_view()),
     path("workflows", engine_views.WorkflowStartView.as_view()),
     path(f"{W}/pause", engine_views.WorkflowPauseView.as_view()),
     path(f"{W}/resume", engine_views.WorkflowResumeView.as_view()),

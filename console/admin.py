@@ -7,8 +7,10 @@ Nothing here writes a table: every change goes through the recovery and engine s
 enforce every rule.
 """
 
+import dataclasses
 import functools
 import json
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
@@ -33,13 +35,16 @@ from console.forms import (
     recovery_form_class,
 )
 from console.graph import step_graph_svg
-from core.errors import Aborted, WeaveError
+from core.errors import Aborted, InvalidArgument, WeaveError
 from core.identity import identity_of_user
+from core.ids import ROOT_STEP_KEY
 from engine.instances import instance_cancel, instance_pause, instance_resume
 from engine.signals import signal_accept
 from history import models
+from history.events import KINDS
 from history.selectors.access import INSTANCE_NOT_FOUND, visible_rows
-from history.selectors.instance_page import instance_page
+from history.selectors.events import event_filters, sequence_parse
+from history.selectors.instance_page import NEWEST_FIRST, instance_page
 from history.selectors.instances import task_attempts
 from recovery.eligibility import instance_eligibility, operation_preview
 from recovery.operations import OPERATIONS
@@ -78,6 +83,48 @@ def preview_rows(preview: dict, prefix: str = "") -> list[tuple[str, object, obj
         else:
             rows.append((name, value, value, False))
     return rows
+
+
+# The admin page of each timeline subject; an audit's depends on which audit it is.
+SUBJECT_ADMIN = {
+    "instance": "workflowinstance",
+    "step": "step",
+    "activation": "activation",
+    "task": "task",
+    "attempt": "attempt",
+    "wait": "wait",
+    "signal": "signal",
+    "inbox": "inboxrecord",
+    "result": "resultevent",
+}
+AUDIT_ADMIN = {
+    "workflow_operation": "workflowoperation",
+    "execution_audit": "executionaudit",
+    "signal_operation": "signaloperation",
+}
+
+
+def timeline_query(request):
+    """The timeline's filters and page (``before``: a sequence) from the page's GET parameters.
+
+    A bad value is dropped with a message: the page still shows, from the newest event, unfiltered.
+    """
+    query = request.GET
+    try:
+        filters = event_filters(kinds=[k for k in query.getlist("kind") if k], step_key=query.get("step") or None)
+        before = sequence_parse(query["before"], field="before") if "before" in query else None
+    except InvalidArgument as error:
+        messages.error(request, f"Timeline filter ignored: {error.message}")
+        return NEWEST_FIRST, None
+    return dataclasses.replace(filters, descending=True), before
+
+
+def timeline_subject_url(event, *, with_audit: bool) -> str | None:
+    """The admin page of an event's subject, where there is one the user may open."""
+    name = SUBJECT_ADMIN.get(event.subject_type)
+    if event.subject_type == "audit":
+        name = AUDIT_ADMIN.get(event.audit_record) if with_audit else None
+    return reverse(f"admin:history_{name}_change", args=[event.subject_id]) if name else None
 
 
 class CappedCountPaginator(Paginator):
@@ -238,7 +285,10 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
         """The page's data, with the operations this user may start from it."""
         user = request.user
         with_audit = user.has_perm("history.audit_workflowinstance")
-        page = instance_page(instance=instance, with_audit=with_audit)
+        events, events_before = timeline_query(request)
+        page = instance_page(instance=instance, with_audit=with_audit, events=events, events_before=events_before)
+        for event in page.events.items:
+            event.subject_url = timeline_subject_url(event, with_audit=with_audit)
         states = {view.step.key: view.step.state for view in page.steps}
         context = {
             **self.admin_site.each_context(request),
@@ -249,6 +299,7 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             "with_audit": with_audit,
             "can_control": user.has_perm(PERMISSIONS["control"]),
             "can_signal": user.has_perm(PERMISSIONS["signal"]),
+            "timeline": self._timeline_context(page, events, events_before),
         }
         identity = identity_of_user(user)
         if not self.has_recover_permission(request) or identity is None:
@@ -266,6 +317,23 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             if op.target == "instance"
         ]
         return context
+
+    @staticmethod
+    def _timeline_context(page, events, events_before: int | None) -> dict:
+        """The filter form's choices and the link to the next (older) page, keeping the filters."""
+        kept = {"step": events.step_key, "kind": list(events.kinds)}
+        kept = {name: value for name, value in kept.items() if value}
+        older = None
+        if page.events.next_key is not None:
+            older = "?" + urlencode(kept | {"before": page.events.next_key[0]}, doseq=True) + "#timeline"
+        return {
+            "steps": [view.step.key for view in page.steps] + [ROOT_STEP_KEY],
+            "kinds": KINDS,
+            "step": events.step_key,
+            "kind": events.kinds[0] if len(events.kinds) == 1 else "",
+            "older": older,
+            "newest": None if events_before is None else "?" + urlencode(kept, doseq=True) + "#timeline",
+        }
 
     def visible_instance(self, request, object_id) -> models.WorkflowInstance:
         """The instance if this user may see it (the API's visibility rule), else 404 with the API's message."""

@@ -15,6 +15,7 @@ LIST_INDEXES = {
     "history_workflowinstance": ["namespace_id", "state", "updated_at"],
     "history_task": ["queue_id", "state", "priority", "created_at"],
     "history_inboxrecord": ["instance_id", "state", "created_at"],
+    "history_instanceevent": ["instance_id", "sequence"],
 }
 
 

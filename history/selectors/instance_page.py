@@ -1,4 +1,4 @@
-"""The admin's instance page: one instance's steps, activations, tasks, rounds, signals and audit.
+"""The admin's instance page: one instance's steps, activations, tasks, rounds, signals, audit and timeline.
 
 What an operator may see is decided by the API's rule, in ``history.selectors.access``. Every
 query here is bounded by one instance's history (steps, activations, tasks of that instance),
@@ -12,6 +12,8 @@ from django.db.models import Model
 
 from core.ids import ROOT_STEP_KEY
 from history import models
+from history.selectors.events import EventFilters, event_page
+from history.selectors.pagination import Page
 
 
 @dataclass
@@ -40,6 +42,8 @@ class InstancePage:
     signals: list[models.Signal]
     workflow_operations: list[models.WorkflowOperation]
     execution_audits: list[models.ExecutionAudit]
+    # One keyset page of the timeline, in the order and with the filters asked for.
+    events: Page[models.InstanceEvent]
 
 
 def _by(rows: list[Model], attribute: str) -> dict[str, list[Model]]:
@@ -52,10 +56,21 @@ def _by(rows: list[Model], attribute: str) -> dict[str, list[Model]]:
 # The instance page shows the newest activations of each step and the newest rounds of each
 # POLL activation; the full history is one click away in the paged lists.
 TIMELINE = 10
+EVENTS_PER_PAGE = 25
+NEWEST_FIRST = EventFilters(descending=True)
 
 
-def instance_page(*, instance: models.WorkflowInstance, with_audit: bool, recent: int = 50) -> InstancePage:
-    """Everything the instance page shows; the query count is bounded by the definition, not the history."""
+def instance_page(
+    *,
+    instance: models.WorkflowInstance,
+    with_audit: bool,
+    recent: int = 50,
+    events: EventFilters = NEWEST_FIRST,
+    events_before: int | None = None,
+) -> InstancePage:
+    """Everything the instance page shows; the query count is bounded by the definition, not the history.
+
+    The timeline page holds the events before the sequence ``events_before`` (from the newest when None)."""
     specs = {step["key"]: step for step in instance.definition.spec.get("steps", [])}
     steps = list(models.Step.objects.filter(instance_id=instance.id).exclude(key=ROOT_STEP_KEY))
     shown: list[models.Activation] = []
@@ -110,4 +125,10 @@ def instance_page(*, instance: models.WorkflowInstance, with_audit: bool, recent
         signals=signals,
         workflow_operations=operations,
         execution_audits=executions,
+        events=event_page(
+            instance=instance,
+            filters=events,
+            after=None if events_before is None else (events_before,),
+            limit=EVENTS_PER_PAGE,
+        ),
     )

@@ -42,16 +42,19 @@ class Page(Generic[T]):
     next_key: tuple | None
 
 
-def keyset_page(queryset: QuerySet, *, kind: ListKind, after: tuple | None, limit: int) -> Page:
-    """One page of ``queryset`` newest-first by ``kind.key``, starting after the key ``after``.
+def keyset_page(
+    queryset: QuerySet, *, kind: ListKind, after: tuple | None, limit: int, descending: bool = True
+) -> Page:
+    """One page of ``queryset`` in ``kind.key`` order, descending (newest first) unless ``descending`` is
+    False, starting after the key ``after``.
 
     The keyset scan reads primary keys only, then the rows by primary key: a scan that stays in
     the (covering) list index is a range scan of ``limit + 1`` entries at any depth, whereas
     MariaDB walks every skipped row when the scan must also fetch whole rows.
     """
     if after is not None:
-        queryset = queryset.filter(_before(kind.key, after))
-    order = [f"-{name}" for name in kind.key]
+        queryset = queryset.filter(_beyond(kind.key, after, lookup="lt" if descending else "gt"))
+    order = [f"-{name}" if descending else name for name in kind.key]
     keys = list(queryset.order_by(*order).values_list("pk", flat=True)[: limit + 1])
     more, keys = len(keys) > limit, keys[:limit]
     rows = queryset.in_bulk(keys) if keys else {}
@@ -62,12 +65,12 @@ def keyset_page(queryset: QuerySet, *, kind: ListKind, after: tuple | None, limi
     return Page(items=items, next_key=next_key)
 
 
-def _before(fields: Sequence[str], key: Sequence) -> Q:
-    """Rows strictly before ``key`` in descending (f1, f2, …) order."""
+def _beyond(fields: Sequence[str], key: Sequence, *, lookup: str) -> Q:
+    """Rows strictly after ``key`` in (f1, f2, …) order: ``lt`` when the order is descending, ``gt`` ascending."""
     head, *rest = fields
-    condition = Q(**{f"{head}__lt": key[0]})
+    condition = Q(**{f"{head}__{lookup}": key[0]})
     if rest:
-        condition |= Q(**{head: key[0]}) & _before(rest, key[1:])
+        condition |= Q(**{head: key[0]}) & _beyond(rest, key[1:], lookup=lookup)
     return condition
 
 

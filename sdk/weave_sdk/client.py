@@ -2,7 +2,7 @@
 
 import re
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import httpx
 
@@ -17,6 +17,8 @@ QUEUE = re.compile(r"[a-z0-9][a-z0-9_.\-]{0,63}")
 IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,128}")
 MAX_LIMIT = 100
 MAX_CURSOR_BYTES = 1024
+MAX_SEQUENCE = 2**63 - 1
+EVENT_ORDERS = ("asc", "desc")
 RECOVERY_OPERATIONS = ("review-task", "resolve-step", "continue-poll", "rearm-wait", "continue", "retry-step")
 
 
@@ -26,12 +28,45 @@ def _check_id(value: object, field: str) -> str:
     return value
 
 
-def _check_step_key(value: object) -> str:
+def _check_step_key(value: object, field: str = "key", *, root: bool = False) -> str:
+    if root and value == "$root":
+        return value
     if not isinstance(value, str) or not value.isascii() or STEP_KEY.fullmatch(value) is None:
+        refused = "$root included" if root else "$root excluded"
         raise InvalidArgument(
-            "INVALID_ARGUMENT", "key must be a step key of the definition ($root excluded)", field="key"
+            "INVALID_ARGUMENT", f"{field} must be a step key of the definition ({refused})", field=field
         )
     return value
+
+
+def _event_params(filters: Mapping[str, Any]) -> dict[str, str | list[str]]:
+    unknown = sorted(set(filters) - set(t.EventFilters.__annotations__))
+    if unknown:
+        raise InvalidArgument("INVALID_ARGUMENT", f"{unknown[0]} is not an event filter", field=unknown[0])
+    kind, step_key, after_sequence, order = (
+        filters.get(name) for name in ("kind", "step_key", "after_sequence", "order")
+    )
+    params: dict[str, str | list[str]] = {}
+    if kind is not None:
+        kinds = [kind] if isinstance(kind, str) else list(kind)
+        if not kinds or not all(isinstance(k, str) and k for k in kinds):
+            raise InvalidArgument("INVALID_ARGUMENT", "kind must be an event kind or a list of them", field="kind")
+        params["kind"] = kinds
+    if step_key is not None:
+        params["step_key"] = _check_step_key(step_key, "step_key", root=True)
+    if after_sequence is not None:
+        if type(after_sequence) is not int or not 0 <= after_sequence <= MAX_SEQUENCE:
+            raise InvalidArgument(
+                "INVALID_ARGUMENT",
+                f"after_sequence must be an integer from 0 to {MAX_SEQUENCE}",
+                field="after_sequence",
+            )
+        params["after_sequence"] = str(after_sequence)
+    if order is not None:
+        if order not in EVENT_ORDERS:
+            raise InvalidArgument("INVALID_ARGUMENT", "order must be asc or desc", field="order")
+        params["order"] = order
+    return params
 
 
 def _page_params(limit: int | None, cursor: str | None) -> dict[str, str]:
@@ -95,7 +130,7 @@ class WeaveClient:
         method: str,
         path: str,
         *,
-        params: Mapping[str, str] | None = None,
+        params: Mapping[str, str | list[str]] | None = None,
         body: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
     ) -> t.Response:
@@ -152,23 +187,28 @@ class WeaveClient:
         replayed = response.headers.get("Idempotent-Replayed", "").lower() == "true"
         return t.Response(data=envelope["data"], request_id=request_id, replayed=replayed)
 
-    def _get(self, cls: type[P], path: str, params: Mapping[str, str] | None = None) -> P:
+    def _get(self, cls: type[P], path: str, params: Mapping[str, str | list[str]] | None = None) -> P:
         return t.decode(cls, self._send("GET", path, params=params).data)
 
     # Pages
 
-    def iter_pages(self, list_method: Callable[..., P], *args: str, limit: int | None = None) -> Iterator[P]:
-        """Every page of a list, from page 1: ``iter_pages(client.list_workflow_signals, workflow_id)``."""
+    def iter_pages(
+        self, list_method: Callable[..., P], *args: str, limit: int | None = None, **filters: Any
+    ) -> Iterator[P]:
+        """Every page of a list, from page 1: ``iter_pages(client.list_workflow_signals, workflow_id)``;
+        ``filters`` go to every page (a cursor is bound to them)."""
         cursor = ""
         while True:
-            page = list_method(*args, limit=limit, cursor=cursor)
+            page = list_method(*args, limit=limit, cursor=cursor, **filters)
             yield page
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
 
-    def iter_items(self, list_method: Callable[..., Any], *args: str, limit: int | None = None) -> Iterator[Any]:
-        for page in self.iter_pages(list_method, *args, limit=limit):
+    def iter_items(
+        self, list_method: Callable[..., Any], *args: str, limit: int | None = None, **filters: Any
+    ) -> Iterator[Any]:
+        for page in self.iter_pages(list_method, *args, limit=limit, **filters):
             yield from page.items
 
     # History reads
@@ -292,6 +332,36 @@ class WeaveClient:
         for item in page.items:
             _expect("items[].workflow_id", item.workflow_id, workflow_id)
         return page
+
+    def list_workflow_events(
+        self,
+        workflow_id: str,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+        **filters: Unpack[t.EventFilters],
+    ) -> t.WorkflowEventPage:
+        """One page of the instance's timeline by sequence (``order`` asc by default, or desc).
+
+        A ``cursor`` is valid only with the filters and order of the page it came from.
+        """
+        _check_id(workflow_id, "id")
+        params = _event_params(filters) | _page_params(limit, cursor)
+        page = self._get(t.WorkflowEventPage, f"/v1/workflows/{workflow_id}/events", params)
+        _expect("workflow_id", page.workflow_id, workflow_id)
+        sequences = [item.sequence for item in page.items]
+        order = filters.get("order")
+        if sequences != sorted(set(sequences), reverse=order == "desc"):
+            raise WeaveResponseError(
+                "RESPONSE_MISMATCH", f"the events are not in {order or 'asc'} sequence order", field="items[].sequence"
+            )
+        return page
+
+    def iter_workflow_events(
+        self, workflow_id: str, *, limit: int | None = None, **filters: Unpack[t.EventFilters]
+    ) -> Iterator[t.WorkflowEvent]:
+        """Every event of the instance's timeline matching the filters, following the cursors."""
+        return self.iter_items(self.list_workflow_events, workflow_id, limit=limit, **filters)
 
     # Writes
 

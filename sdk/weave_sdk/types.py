@@ -11,6 +11,7 @@ import datetime as dt
 import re
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -210,6 +211,66 @@ class WorkflowOperationPage:
     workflow_id: str
     revision: int
     items: list[WorkflowOperation]
+    next_cursor: str | None = None
+
+
+@model
+class EventSubject:
+    type: str
+    id: str
+    step_key: str | None = None
+
+
+@model
+class EventActor:
+    kind: str
+    id: str | None = None
+
+
+@model
+class EventLinks:
+    """Paths of the detail reads an event leads to; each present only where the subject has one."""
+
+    workflow: str | None = None
+    activations: str | None = None
+    activation: str | None = None
+    task: str | None = None
+    signal: str | None = None
+    signal_operation: str | None = None
+    operations: str | None = None
+
+
+class EventFilters(typing.TypedDict, total=False):
+    """Filters of an instance's timeline: ``kind`` one event kind or several, ``step_key`` a step key or
+    ``$root``, ``after_sequence`` only later events, ``order`` asc (default) or desc."""
+
+    kind: str | Sequence[str]
+    step_key: str
+    after_sequence: int
+    order: str
+
+
+@model
+class WorkflowEvent:
+    sequence: int
+    kind: str
+    subject: EventSubject
+    actor: EventActor
+    reconstructed: bool
+    created_at: dt.datetime
+    links: EventLinks
+    before: str | None = None
+    after: str | None = None
+    detail: str | None = None
+    operation_id: str | None = None
+    audit_id: str | None = None
+
+
+@model
+class WorkflowEventPage:
+    workflow_id: str
+    revision: int
+    items: list[WorkflowEvent]
     next_cursor: str | None = None
 
 
@@ -464,6 +525,10 @@ def _field(hint: Any, value: Any, path: str, *, revision: bool = False) -> Any:
         return dt.datetime.fromisoformat(value)
     if hint is int and type(value) is not int:
         raise _bad(path, "an integer")
+    if hint is str and isinstance(value, RawJSON):
+        # The scanner keeps every ``before``/``after`` raw; where a type holds one as text (an event's
+        # states), it is a JSON string.
+        value = value.value()
     if hint in (str, bool, dict) and type(value) is not hint:
         raise _bad(path, f"a {hint.__name__}")
     return value

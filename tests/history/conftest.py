@@ -86,6 +86,7 @@ def history_rows(workflow):
         "signal_operation": (f"{w}/signals/{signal.id}/operations/{operation.id}", Scope.AUDIT_READ, False),
         "task": (f"{w}/tasks/{charge.task_id}", Scope.READ, False),
         "operations": (f"{w}/operations", Scope.AUDIT_READ, True),
+        "events": (f"{w}/events", Scope.READ, True),
     }
     return SimpleNamespace(workflow=workflow, charge=charge, poll=poll, signal=signal, operation=operation, paths=paths)
 
@@ -101,8 +102,9 @@ ENDPOINTS = [
     "signal_operation",
     "task",
     "operations",
+    "events",
 ]
-LISTS = ["activations", "rounds", "signals", "signal_operations", "operations"]
+LISTS = ["activations", "rounds", "signals", "signal_operations", "operations", "events"]
 DETAILS = [name for name in ENDPOINTS if name not in LISTS]
 
 

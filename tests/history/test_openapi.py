@@ -49,7 +49,10 @@ OPERATIONS = {
     "task": "get_workflow_task",
     "operations": "list_workflow_operations",
     "source": "get_task_source",
+    "events": "list_workflow_events",
 }
+# Query parameters of the lists besides limit and cursor.
+FILTERS = {"list_workflow_events": {"kind", "step_key", "after_sequence", "order"}}
 
 
 @pytest.fixture
@@ -102,7 +105,9 @@ def test_the_schema_describes_every_read_endpoint_with_its_envelope_and_errors(o
         assert set(error["properties"]) == {"request_id", "error"}
         assert error["properties"]["error"]["required"] == ["code", "message"]
         names = {p["name"] for p in operation.get("parameters", []) if p["in"] == "query"}
-        assert names == ({"limit", "cursor"} if operation_id.startswith("list_") else set())
+        assert names == (
+            {"limit", "cursor"} | FILTERS.get(operation_id, set()) if operation_id.startswith("list_") else set()
+        )
 
 
 def test_swagger_ui_is_served_offline_from_the_sidecar(api, db):

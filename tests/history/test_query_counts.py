@@ -15,6 +15,7 @@ from core.identity import Identity
 from core.ids import new_id
 from history.models import (
     Activation,
+    InstanceEvent,
     InstanceState,
     PollRound,
     Scope,
@@ -48,6 +49,7 @@ BASELINE = {
     "source": 4,
     "poll_source": 4,  # the activation also with the round naming the task
     "worker_source": 4,
+    "events": 4,  # + page keys, page rows with the ids their links need
 }
 WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 ROWS = 10_000
@@ -130,6 +132,9 @@ def _grow_history(history_rows, size):
         WorkflowOperation.objects.filter(workflow=history_rows.workflow).first(),
         ({"id": new_id(), "created_at": t} for t in times),
     )
+    events = InstanceEvent.objects.filter(instance=history_rows.workflow)
+    last = events.order_by("-sequence").first()
+    _clone(last, ({"id": new_id(), "sequence": last.sequence + n} for n in range(1, size - events.count() + 1)))
 
 
 def test_every_read_runs_a_constant_number_of_queries_whatever_the_limit_and_history(every_read, api, token_for):

@@ -403,3 +403,121 @@ def test_a_task_history_decodes_its_late_evidence_list_and_links():
     (evidence,) = decoded.late_evidence
     assert (evidence.attempt_id, evidence.seq, evidence.result) == (A, 2, RawJSON('{"n":1.10}'))
     assert decoded.links.source == LINKS["source"]
+
+
+EVENT = {
+    "sequence": 4,
+    "kind": "task.state",
+    "subject": {"type": "task", "id": S, "step_key": "charge"},
+    "before": "QUEUED",
+    "after": "LEASED",
+    "actor": {"kind": "worker", "id": "worker-1"},
+    "reconstructed": False,
+    "created_at": "2026-09-18T08:00:00Z",
+    "links": {"task": f"/v1/workflows/{W}/tasks/{S}"},
+}
+EVENTS = {"workflow_id": W, "revision": "7", "items": [EVENT]}
+
+
+def _event_request(server) -> list[tuple[str, str]]:
+    return list(server.requests[-1].url.params.multi_items())
+
+
+def test_list_workflow_events_sends_each_filter_and_repeats_kind():
+    server = Server((200, EVENTS))
+    client = client_for(server)
+    client.list_workflow_events(W)
+    assert server.requests[0].url.path == f"/v1/workflows/{W}/events" and _event_request(server) == []
+    client.list_workflow_events(
+        W, kind=["task.state", "attempt.state"], step_key="$root", after_sequence=0, order="asc", limit=5, cursor="c:1"
+    )
+    assert _event_request(server) == [
+        ("kind", "task.state"),
+        ("kind", "attempt.state"),
+        ("step_key", "$root"),
+        ("after_sequence", "0"),
+        ("order", "asc"),
+        ("limit", "5"),
+        ("cursor", "c:1"),
+    ]
+    client.list_workflow_events(W, kind="step.state")
+    assert _event_request(server) == [("kind", "step.state")]
+
+
+@pytest.mark.parametrize(
+    ("filters", "field"),
+    [
+        ({"kind": ""}, "kind"),
+        ({"kind": []}, "kind"),
+        ({"kind": ["task.state", 5]}, "kind"),
+        ({"step_key": "-charge"}, "step_key"),
+        ({"step_key": "$ROOT"}, "step_key"),
+        ({"after_sequence": -1}, "after_sequence"),
+        ({"after_sequence": 2**63}, "after_sequence"),
+        ({"after_sequence": True}, "after_sequence"),
+        ({"after_sequence": "5"}, "after_sequence"),
+        ({"order": "ASC"}, "order"),
+        ({"limit": 0}, "limit"),
+    ],
+)
+def test_bad_event_filters_are_refused_before_sending(filters, field):
+    server = Server((200, EVENTS))
+    with pytest.raises(InvalidArgument) as refused:
+        client_for(server).list_workflow_events(W, **filters)
+    assert refused.value.field == field and server.requests == []
+
+
+def test_an_event_decodes_subject_actor_and_links_and_leaves_absent_fields_none():
+    page = client_for(Server((200, EVENTS))).list_workflow_events(W)
+    (event,) = page.items
+    assert (page.revision, event.sequence, event.kind, event.before, event.after) == (
+        7,
+        4,
+        "task.state",
+        "QUEUED",
+        "LEASED",
+    )
+    assert (event.subject.type, event.subject.id, event.subject.step_key) == ("task", S, "charge")
+    assert (event.actor.kind, event.actor.id) == ("worker", "worker-1")
+    assert event.links.task == f"/v1/workflows/{W}/tasks/{S}" and event.links.activation is None
+    assert event.detail is None and event.operation_id is None and event.audit_id is None
+    assert event.created_at.utcoffset().total_seconds() == 0 and page.next_cursor is None
+
+
+@pytest.mark.parametrize(("order", "sequences"), [(None, [2, 1]), ("asc", [1, 1]), ("desc", [1, 2]), ("desc", [3, 3])])
+def test_events_out_of_the_requested_order_are_a_response_error(order, sequences):
+    body = EVENTS | {"items": [EVENT | {"sequence": n} for n in sequences]}
+    with pytest.raises(WeaveResponseError) as refused:
+        client_for(Server((200, body))).list_workflow_events(W, order=order)
+    assert refused.value.field == "items[].sequence"
+
+
+@pytest.mark.parametrize("before", [5, {"state": "QUEUED"}, None])
+def test_an_event_state_that_is_not_a_string_is_a_response_error(before):
+    body = EVENTS | {"items": [EVENT | {"before": before}]}
+    with pytest.raises(WeaveResponseError) as refused:
+        client_for(Server((200, body))).list_workflow_events(W)
+    assert refused.value.field == "data.items[0].before"
+
+
+def test_events_of_another_workflow_are_a_response_error():
+    with pytest.raises(WeaveResponseError) as refused:
+        client_for(Server((200, EVENTS | {"workflow_id": G}))).list_workflow_events(W)
+    assert refused.value.code == "RESPONSE_MISMATCH"
+
+
+def test_iter_workflow_events_follows_the_cursors_with_the_same_filters():
+    first = EVENTS | {"items": [EVENT | {"sequence": 9}], "next_cursor": "next:1"}
+    second = EVENTS | {"items": [EVENT | {"sequence": 4}]}
+    server = Server((200, first), (200, second))
+    events = list(client_for(server).iter_workflow_events(W, kind="task.state", order="desc", limit=1))
+    assert [e.sequence for e in events] == [9, 4]
+    query = [("kind", "task.state"), ("order", "desc"), ("limit", "1")]
+    assert [list(r.url.params.multi_items()) for r in server.requests] == [query, [*query, ("cursor", "next:1")]]
+
+
+def test_an_unknown_event_filter_is_refused_before_sending():
+    server = Server((200, EVENTS))
+    with pytest.raises(InvalidArgument) as refused:
+        client_for(server).list_workflow_events(W, kinds="task.state")
+    assert refused.value.field == "kinds" and server.requests == []

@@ -3,7 +3,8 @@
 import pytest
 from weave_sdk import InvalidArgument, NotFound, PermissionDenied, RawJSON, WeaveClient
 
-from history.models import ActivationState, AttemptState, Scope
+from history.models import ActivationState, AttemptState, InstanceEvent, Scope
+from tests import states
 from tests.factories import (
     AttemptFactory,
     SignalOperationFactory,
@@ -123,3 +124,28 @@ def test_the_sdk_reads_a_tasks_source_as_a_reader_and_as_the_worker_of_its_queue
     with _client(live_server, issue_token, Scope.READ) as client:
         history = client.get_workflow_task(workflow_id, recovered["current"].task_id)
         assert history.task.late_evidence == [] and history.task.links.source.endswith("/source")
+
+
+def test_the_sdk_walks_an_engine_built_timeline_with_its_filters(live_server, issue_token, tenancy):
+    state = states.task_reviewed_state(tenancy)
+    stored = InstanceEvent.objects.filter(instance=state.instance)
+    with _client(live_server, issue_token, Scope.READ) as client:
+        events = list(client.iter_workflow_events(state.instance.id, order="desc", limit=7))
+        assert [e.sequence for e in events] == list(range(stored.count(), 0, -1))
+        first = events[-1]
+        assert (first.kind, first.before, first.after, first.subject.type) == (
+            "instance.created",
+            None,
+            "RUNNING",
+            "instance",
+        )
+        tasks = list(
+            client.iter_workflow_events(state.instance.id, kind=["task.state"], step_key=state.step.key, limit=1)
+        )
+        assert [(e.before, e.after) for e in tasks] == list(
+            stored.filter(kind="task.state").order_by("sequence").values_list("before", "after")
+        )
+        assert all(e.links.task == f"/v1/workflows/{state.instance.id}/tasks/{state.task.id}" for e in tasks)
+        with pytest.raises(InvalidArgument) as refused:
+            client.list_workflow_events(state.instance.id, kind="task.done")
+        assert refused.value.field == "kind" and refused.value.status == 400

@@ -21,6 +21,7 @@ ROUTES = [
     ("get", "", Scope.READ, None),
     ("get", "/operations", Scope.AUDIT_READ, None),
     ("get", "/steps/charge/activations", Scope.READ, None),
+    ("get", "/events", Scope.READ, None),
     ("post", "/pause", Scope.CONTROL, {"expected_control_revision": "1"}),
     ("post", "/signals", Scope.WRITE, SIGNAL),
     ("post", "/recovery/continue", Scope.RECOVER, COMMON | {"review_resolved": True}),

@@ -274,6 +274,7 @@ ENDPOINTS = [
     ),
     Endpoint(f"{W}/tasks/<str:task>", "GET", Scope.READ, "instance", ON_INSTANCE | {"task": "charge_task"}),
     Endpoint(f"{W}/operations", "GET", Scope.AUDIT_READ, "instance", ON_INSTANCE, list_kind="operations"),
+    Endpoint(f"{W}/events", "GET", Scope.READ, "instance", ON_INSTANCE, list_kind="events"),
     Endpoint(
         "v1/workflows",
         "POST",
@@ -514,6 +515,7 @@ MOVES = {
     "signals": [{"id": "sibling"}],
     "signal_operations": [{"id": "sibling"}, {"signal": "other_signal"}],
     "operations": [{"id": "sibling"}],
+    "events": [{"id": "sibling"}],
 }
 
 
