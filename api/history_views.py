@@ -13,7 +13,7 @@ from api import presenters, schema
 from api.params import list_params, no_params, path_id, path_step_key
 from api.permissions import scope_required
 from history.models import Scope
-from history.selectors import activations, instances, operations, signals
+from history.selectors import activations, instance_list, instances, operations, signals
 from history.selectors.pagination import ListKind, Page, cursor_encode
 from recovery.eligibility import instance_eligibility_document
 
@@ -180,3 +180,14 @@ class WorkflowOperationListView(HistoryView):
         result = operations.workflow_operation_list(identity=request.auth, instance_id=id, after=after, limit=limit)
         cursor = next_cursor(result.page, kind=operations.WORKFLOW_OPERATIONS, parents=parents)
         return Response(presenters.workflow_operation_page(result, next_cursor=cursor))
+
+
+class ReviewSummaryView(HistoryView):
+    @extend_schema(
+        operation_id="get_review_summary",
+        summary="Visible instances in review counted per cause and per definition (the busiest first)",
+        responses=schema.responses(schema.ReviewSummary, errors=[400, 401, 403, 503]),
+    )
+    def get(self, request):
+        no_params(request.query_params)
+        return Response(presenters.review_summary(instance_list.review_summary(identity=request.auth)))

@@ -29,12 +29,17 @@ def path_step_key(value: str) -> str:
     return value
 
 
-def _only(query, allowed: Sequence[str]) -> None:
+def _only(query, allowed: Sequence[str], repeatable: Sequence[str] = ()) -> None:
     for name in query:
         if name not in allowed:
             raise InvalidArgument(f"unknown query parameter {name!r}", field=name)
-        if len(query.getlist(name)) > 1:
+        if len(query.getlist(name)) > 1 and name not in repeatable:
             raise InvalidArgument(f"query parameter {name!r} is repeated", field=name)
+
+
+def check_names(query, *, allowed: Sequence[str], repeatable: Sequence[str] = ()) -> None:
+    """Unknown parameters, and a repeated one that is not ``repeatable``, are refused."""
+    _only(query, allowed, repeatable)
 
 
 def no_params(query) -> None:
@@ -42,9 +47,15 @@ def no_params(query) -> None:
     _only(query, ())
 
 
-def list_params(query, *, kind: ListKind, parents: Sequence[str]) -> tuple[int, tuple | None]:
-    """``(limit, after)`` from ``?limit=&cursor=``; the cursor must belong to this list and parents."""
-    _only(query, ("limit", "cursor"))
+def list_params(
+    query, *, kind: ListKind, parents: Sequence[str], filters: Sequence[str] = (), repeatable: Sequence[str] = ()
+) -> tuple[int, tuple | None]:
+    """``(limit, after)`` from ``?limit=&cursor=``; the cursor must belong to this list and parents.
+
+    ``filters`` are the list's other parameters (validated by the caller), of which only
+    ``repeatable`` ones may be given more than once.
+    """
+    _only(query, ("limit", "cursor", *filters), repeatable)
     limit = DEFAULT_LIMIT
     if "limit" in query:
         text = query["limit"]

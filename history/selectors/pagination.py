@@ -50,7 +50,7 @@ def keyset_page(queryset: QuerySet, *, kind: ListKind, after: tuple | None, limi
     MariaDB walks every skipped row when the scan must also fetch whole rows.
     """
     if after is not None:
-        queryset = queryset.filter(_before(kind.key, after))
+        queryset = queryset.filter(keyset_before(kind.key, after))
     order = [f"-{name}" for name in kind.key]
     keys = list(queryset.order_by(*order).values_list("pk", flat=True)[: limit + 1])
     more, keys = len(keys) > limit, keys[:limit]
@@ -62,12 +62,12 @@ def keyset_page(queryset: QuerySet, *, kind: ListKind, after: tuple | None, limi
     return Page(items=items, next_key=next_key)
 
 
-def _before(fields: Sequence[str], key: Sequence) -> Q:
+def keyset_before(fields: Sequence[str], key: Sequence) -> Q:
     """Rows strictly before ``key`` in descending (f1, f2, …) order."""
     head, *rest = fields
     condition = Q(**{f"{head}__lt": key[0]})
     if rest:
-        condition |= Q(**{head: key[0]}) & _before(rest, key[1:])
+        condition |= Q(**{head: key[0]}) & keyset_before(rest, key[1:])
     return condition
 
 
