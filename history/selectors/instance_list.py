@@ -190,7 +190,8 @@ def instance_list(*, identity: Identity, query: InstanceQuery, after: tuple | No
     ids = [pk for _, pk in keys]
     rows = WorkflowInstance.objects.select_related("definition").in_bulk(ids) if ids else {}
     if len(rows) != len(ids):
-        raise Unavailable("rows of this page vanished while it was read")
+        # Gone since the key scan, or without its definition (the join drops it): corruption either way.
+        raise Unavailable("instances of this page vanished or lost their definition while it was read")
     items = [rows[pk] for pk in ids]
     return Page(items=items, next_key=keys[-1] if more else None)
 
