@@ -10,7 +10,8 @@ from rest_framework.views import APIView
 
 from api import openapi, presenters, schema
 from api.history_views import next_cursor
-from api.params import list_params, path_id
+from api.instance_filters import instance_query
+from api.params import list_params, page_params, path_id
 from api.permissions import Authenticated, scope_required
 from api.request_id import request_id_of
 from core import exactjson
@@ -22,8 +23,9 @@ from engine.signals import signal_accept
 from engine.worker import task_claim, task_complete, task_heartbeat
 from history import idempotency
 from history.idempotency import Receipt
-from history.models import Scope
-from history.selectors import signals
+from history.models import InstanceState, ReviewCause, Scope, StopKind
+from history.selectors import instance_list, signals
+from history.selectors.instance_list import ORDERS
 from history.tenancy import is_name
 
 
@@ -38,10 +40,38 @@ def _idempotency_key(request):
     return idempotency.key_check(request.headers.get(idempotency.HEADER))
 
 
-class WorkflowStartView(APIView):
-    """POST /v1/workflows — start an instance (workflows:write, Idempotency-Key)."""
+class ReadWriteView(APIView):
+    """One path whose GET reads (workflows:read) and whose POST writes (workflows:write)."""
 
-    permission_classes = [scope_required(Scope.WRITE)]
+    http_method_names = ["get", "post"]
+    permissions_by_method = {"GET": scope_required(Scope.READ), "POST": scope_required(Scope.WRITE)}
+
+    def get_permissions(self):
+        # Any other method is refused (405) once the caller is authenticated.
+        return [self.permissions_by_method.get(self.request.method, Authenticated)()]
+
+
+class WorkflowsView(ReadWriteView):
+    """/v1/workflows — GET queries the visible instances (workflows:read); POST starts one
+    (workflows:write, Idempotency-Key).
+    """
+
+    @extend_schema(
+        operation_id="list_workflows",
+        summary="Visible instances matching every filter, newest first by the order key (never counted)",
+        parameters=schema.workflow_query_parameters(
+            states=InstanceState.values, causes=ReviewCause.values, stop_kinds=StopKind.values, orders=list(ORDERS)
+        ),
+        responses=schema.responses(schema.InstancePage, errors=schema.QUERY_ERRORS),
+    )
+    def get(self, request):
+        params = request.query_params
+        query = instance_query(params)
+        kind = instance_list.ORDERS[query.order]
+        parents = [request.auth.namespace_id, query.binding()]
+        limit, after = page_params(params, kind=kind, parents=parents)
+        page = instance_list.instance_list(identity=request.auth, query=query, after=after, limit=limit)
+        return Response(presenters.instance_page(page, next_cursor=next_cursor(page, kind=kind, parents=parents)))
 
     @extend_schema(
         operation_id="start_workflow",
@@ -60,17 +90,10 @@ class WorkflowStartView(APIView):
         return _receipt_response(receipt)
 
 
-class WorkflowSignalsView(APIView):
+class WorkflowSignalsView(ReadWriteView):
     """/v1/workflows/{id}/signals — GET lists the signals (workflows:read); POST accepts one
     (workflows:write, Idempotency-Key). One path, each method with its own scope.
     """
-
-    http_method_names = ["get", "post"]
-    permissions_by_method = {"GET": scope_required(Scope.READ), "POST": scope_required(Scope.WRITE)}
-
-    def get_permissions(self):
-        # Any other method is refused (405) once the caller is authenticated.
-        return [self.permissions_by_method.get(self.request.method, Authenticated)()]
 
     @extend_schema(
         operation_id="list_workflow_signals",

@@ -13,7 +13,7 @@ from api import openapi, presenters, schema
 from api.params import PAGE_PARAMS, list_params, no_params, page_params, path_id, path_step_key, query_check
 from api.permissions import scope_required
 from history.models import Scope
-from history.selectors import activations, events, instances, operations, signals, tasks
+from history.selectors import activations, events, instance_list, instances, operations, signals, tasks
 from history.selectors.pagination import ListKind, Page, cursor_encode
 from recovery.eligibility import instance_eligibility_document
 
@@ -220,3 +220,14 @@ class EventListView(HistoryView):
         result = events.event_list(identity=request.auth, instance_id=id, filters=filters, after=after, limit=limit)
         cursor = next_cursor(result.page, kind=events.EVENTS, parents=parents)
         return Response(presenters.event_page(result, next_cursor=cursor))
+
+
+class ReviewSummaryView(HistoryView):
+    @extend_schema(
+        operation_id="get_review_summary",
+        summary="Visible instances in review counted per cause and per definition (the busiest first)",
+        responses=schema.responses(schema.ReviewSummary, errors=[400, 401, 403, 503]),
+    )
+    def get(self, request):
+        no_params(request.query_params)
+        return Response(presenters.review_summary(instance_list.review_summary(identity=request.auth)))

@@ -19,10 +19,12 @@ from history.models import (
     StepKind,
     Task,
     Wait,
+    WorkflowInstance,
     WorkflowOperation,
 )
 from history.selectors.activations import ActivationDetail, ActivationPage, PollRoundPage
 from history.selectors.events import EventPage
+from history.selectors.instance_list import ReviewSummary
 from history.selectors.instances import InstanceDetail, LateEvidence, TaskDetail
 from history.selectors.operations import WorkflowOperationPage
 from history.selectors.pagination import Page
@@ -423,3 +425,40 @@ def event_item(event: InstanceEvent) -> dict:
 def event_page(result: EventPage, *, next_cursor: str | None) -> dict:
     data = {"workflow_id": result.instance.id, "revision": str(result.instance.revision)}
     return _page(data, items=[event_item(e) for e in result.page.items], next_cursor=next_cursor)
+
+
+def _definition_ref(definition) -> dict:
+    return {"name": definition.name, "version": definition.version}
+
+
+def instance_item(instance: WorkflowInstance) -> dict:
+    data = {
+        "id": instance.id,
+        "definition": _definition_ref(instance.definition),
+        "state": instance.state,
+        "paused": instance.paused,
+    }
+    _optional(data, "review_cause", instance.review_cause)
+    _optional(data, "review_step_key", instance.review_step_key)
+    _optional(data, "stop_kind", instance.stop_kind)
+    data["business_key"] = instance.business_key
+    data["revision"] = str(instance.revision)
+    data["created_at"] = format_time(instance.created_at)
+    data["updated_at"] = format_time(instance.updated_at)
+    _time(data, "review_since", instance.review_since)
+    return data
+
+
+def instance_page(page: Page[WorkflowInstance], *, next_cursor: str | None) -> dict:
+    return _page({}, items=[instance_item(i) for i in page.items], next_cursor=next_cursor)
+
+
+def review_summary(summary: ReviewSummary) -> dict:
+    return {
+        "total": summary.total,
+        "causes": [{"review_cause": cause, "count": count} for cause, count in summary.causes],
+        "definitions": [
+            {"definition": _definition_ref(definition), "count": count} for definition, count in summary.definitions
+        ],
+        "definitions_truncated": summary.definitions_truncated,
+    }

@@ -698,3 +698,100 @@ class CredentialSelf(serializers.Serializer):
     actor_id = IdField()
     scopes = serializers.ListField(child=serializers.CharField())
     queues = serializers.JSONField(help_text='"*" for every queue of the namespace, else a list of names')
+
+
+# ---- the instance query and the review summary -------------------------------------------
+
+NAME_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[a-z0-9][a-z0-9_.\\-]{0,63}$"}
+QUERY_TIME_SCHEMA = {
+    "type": "string",
+    "format": "date-time",
+    "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$",
+}
+BUSINESS_KEY_SCHEMA = {"minLength": 1, **text_schema(max_length=256, blank=True)}
+
+
+def _query(name: str, described: dict, description: str, **extra) -> OpenApiParameter:
+    return OpenApiParameter(name, described, OpenApiParameter.QUERY, description=description, **extra)
+
+
+def _enum_list(name: str, values, description: str) -> OpenApiParameter:
+    items = {"type": "array", "minItems": 1, "items": {"type": "string", "enum": list(values)}}
+    return _query(name, items, f"{description}; repeat the parameter for several (any of them)", explode=True)
+
+
+def workflow_query_parameters(*, states, causes, stop_kinds, orders) -> list[OpenApiParameter]:
+    """Every parameter of GET /v1/workflows; each given at most once but ``state`` and ``review_cause``."""
+    time = "RFC 3339 with its offset, exclusive bound"
+    return [
+        _enum_list("state", states, "instances in one of these states"),
+        _enum_list("review_cause", causes, "instances in review for one of these causes"),
+        _query("definition", NAME_SCHEMA, "definition name"),
+        _query("version", {"type": "integer", "minimum": 1, "maximum": MAX_UINT32}, "definition version"),
+        _query("business_key", BUSINESS_KEY_SCHEMA, "exactly this business key"),
+        _query("business_key_prefix", BUSINESS_KEY_SCHEMA, "business keys starting with this text"),
+        _query("paused", {"type": "boolean"}, "paused (true) or not (false)"),
+        _query("stop_kind", {"type": "string", "enum": list(stop_kinds)}, "the stop intent recorded"),
+        _query("queue", NAME_SCHEMA, "instances whose definition uses this queue"),
+        _query("created_after", QUERY_TIME_SCHEMA, time),
+        _query("created_before", QUERY_TIME_SCHEMA, time),
+        _query("updated_after", QUERY_TIME_SCHEMA, time),
+        _query("updated_before", QUERY_TIME_SCHEMA, time),
+        _query(
+            "in_review_longer_than",
+            {"type": "integer", "minimum": 0, "maximum": MAX_UINT32},
+            "seconds: instances in review since longer than this",
+        ),
+        _query(
+            "order",
+            {"type": "string", "enum": list(orders), "default": orders[0]},
+            "newest first by this time, then by id descending; review_since lists only instances in review",
+        ),
+        *PAGE_PARAMETERS,
+    ]
+
+
+QUERY_ERRORS = {
+    400: "INVALID_ARGUMENT: an unknown, empty or malformed query parameter, one given twice (state and "
+    "review_cause may repeat), or a cursor of another query: other filters, order or namespace (field named)",
+    401: UNAUTHENTICATED,
+    403: PERMISSION_DENIED,
+    503: UNAVAILABLE,
+}
+
+
+class InstanceItem(serializers.Serializer):
+    id = IdField()
+    definition = DefinitionRef()
+    state = serializers.CharField()
+    paused = serializers.BooleanField()
+    review_cause = serializers.CharField(required=False, help_text="present while in review")
+    review_step_key = serializers.CharField(required=False, help_text="the step the cause concerns, if one")
+    stop_kind = serializers.CharField(required=False)
+    business_key = serializers.CharField(allow_blank=True)
+    revision = RevisionField()
+    created_at = TimeField()
+    updated_at = TimeField()
+    review_since = TimeField(required=False, help_text="present while in review")
+
+
+class InstancePage(serializers.Serializer):
+    items = InstanceItem(many=True)
+    next_cursor = serializers.CharField(required=False, help_text="valid only with the same filters and order")
+
+
+class CauseCount(serializers.Serializer):
+    review_cause = serializers.CharField()
+    count = serializers.IntegerField(min_value=1)
+
+
+class DefinitionCount(serializers.Serializer):
+    definition = DefinitionRef()
+    count = serializers.IntegerField(min_value=1)
+
+
+class ReviewSummary(serializers.Serializer):
+    total = serializers.IntegerField(min_value=0, help_text="visible instances in review")
+    causes = CauseCount(many=True, help_text="per review cause, the largest first")
+    definitions = DefinitionCount(many=True, help_text="per definition, the busiest first, at most 100")
+    definitions_truncated = serializers.BooleanField(help_text="more definitions have instances in review")

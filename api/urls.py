@@ -14,6 +14,8 @@ urlpatterns = [
     path("credentials/self", CredentialSelfView.as_view()),
     path("openapi.json", SpectacularJSONAPIView.as_view(), name="openapi-schema"),
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="openapi-schema"), name="openapi-docs"),
+    # Before workflows/<id>, which would take "review-summary" for an id.
+    path("workflows/review-summary", history_views.ReviewSummaryView.as_view()),
     path(f"{W}", history_views.InstanceDetailView.as_view()),
     path(f"{W}/steps/<str:key>/activations", history_views.ActivationListView.as_view()),
     path(f"{W}/steps/<str:key>/activations/<str:activation>", history_views.ActivationDetailView.as_view()),
@@ -25,7 +27,7 @@ urlpatterns = [
     path(f"{W}/tasks/<str:task>", history_views.TaskDetailView.as_view()),
     path(f"{W}/operations", history_views.WorkflowOperationListView.as_view()),
     path(f"{W}/events", history_views.EventListView.as_view()),
-    path("workflows", engine_views.WorkflowStartView.as_view()),
+    path("workflows", engine_views.WorkflowsView.as_view()),
     path(f"{W}/pause", engine_views.WorkflowPauseView.as_view()),
     path(f"{W}/resume", engine_views.WorkflowResumeView.as_view()),
     path(f"{W}/cancel", engine_views.WorkflowCancelView.as_view()),

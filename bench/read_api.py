@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,34 +29,12 @@ from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
+from bench.serving import percentile, serve  # noqa: E402
 from history.credentials import credential_issue  # noqa: E402
 from history.models import Namespace, Scope  # noqa: E402
 
 PORT = 8765
 BASE = f"http://127.0.0.1:{PORT}"
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def serve() -> subprocess.Popen:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings"}
-    gunicorn = Path(sys.executable).with_name("gunicorn")
-    process = subprocess.Popen(
-        [str(gunicorn), "bench.wsgi:application", "-b", f"127.0.0.1:{PORT}", "-w", "1", "--log-level", "warning"],
-        cwd=ROOT,
-        env=env,
-    )
-    for _ in range(100):
-        try:
-            httpx.get(f"{BASE}/v1/credentials/self", timeout=1)
-            return process
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    process.kill()
-    raise SystemExit("gunicorn did not start")
 
 
 def deep_cursor(http: httpx.Client, url: str, depth: int) -> str:
@@ -105,7 +82,7 @@ def main() -> None:
         ),
         "signals": (f"/workflows/{w_signals}/signals", ""),
     }
-    server = serve()
+    server = serve(PORT)
     results = []
     try:
         with httpx.Client(base_url=BASE, headers=headers, timeout=30) as http:

@@ -10,5 +10,6 @@ urlpatterns = [
     path(f"{W}/steps/<str:key>/activations", naive.activations),
     path(f"{W}/steps/<str:key>/activations/<str:activation>/rounds", naive.rounds),
     path(f"{W}/signals", naive.signals),
+    path("naive/workflows", naive.instances),
     path("bench-default-admin/", default_admin.site.urls),
 ]

@@ -239,6 +239,22 @@ class WorkflowInstance(StateFollowed):
             models.Index(fields=["namespace", "state", "updated_at"], name="instance_ns_state_updated"),
             models.Index(fields=["namespace", "created_at", "id"], name="instance_ns_created"),
             models.Index(fields=["namespace", "updated_at"], name="instance_ns_updated"),
+            # The instance query: an equality filter, then the order key, then id, so that a page is
+            # one ordered range scan per value. Filters without an index of their own (the time
+            # ranges, a prefix) ride on the scan of another filter or of the order.
+            models.Index(fields=["namespace", "state", "created_at", "id"], name="instance_ns_state_created"),
+            models.Index(fields=["namespace", "definition", "updated_at", "id"], name="instance_ns_def_updated"),
+            models.Index(fields=["namespace", "definition", "created_at", "id"], name="instance_ns_def_created"),
+            models.Index(fields=["namespace", "paused", "updated_at", "id"], name="instance_ns_paused_updated"),
+            models.Index(fields=["namespace", "stop_kind", "updated_at", "id"], name="instance_ns_stop_updated"),
+            models.Index(fields=["namespace", "review_since", "id"], name="instance_ns_review_since"),
+            models.Index(fields=["namespace", "review_cause", "review_since", "id"], name="instance_ns_cause_since"),
+            # Exact business key and prefix ranges.
+            models.Index(fields=["namespace", "business_key", "id"], name="instance_ns_business_key"),
+            # The review summary counts from this index alone.
+            models.Index(
+                fields=["namespace", "state", "definition", "review_cause"], name="instance_ns_review_summary"
+            ),
         ]
         # Admin permissions that map to API scopes (core.identity.identity_of_user).
         permissions = [

@@ -53,7 +53,7 @@ def keyset_page(
     MariaDB walks every skipped row when the scan must also fetch whole rows.
     """
     if after is not None:
-        queryset = queryset.filter(_beyond(kind.key, after, lookup="lt" if descending else "gt"))
+        queryset = queryset.filter(keyset_beyond(kind.key, after, lookup="lt" if descending else "gt"))
     order = [f"-{name}" if descending else name for name in kind.key]
     keys = list(queryset.order_by(*order).values_list("pk", flat=True)[: limit + 1])
     more, keys = len(keys) > limit, keys[:limit]
@@ -65,12 +65,12 @@ def keyset_page(
     return Page(items=items, next_key=next_key)
 
 
-def _beyond(fields: Sequence[str], key: Sequence, *, lookup: str) -> Q:
+def keyset_beyond(fields: Sequence[str], key: Sequence, *, lookup: str) -> Q:
     """Rows strictly after ``key`` in (f1, f2, …) order: ``lt`` when the order is descending, ``gt`` ascending."""
     head, *rest = fields
     condition = Q(**{f"{head}__{lookup}": key[0]})
     if rest:
-        condition |= Q(**{head: key[0]}) & _beyond(rest, key[1:], lookup=lookup)
+        condition |= Q(**{head: key[0]}) & keyset_beyond(rest, key[1:], lookup=lookup)
     return condition
 
 

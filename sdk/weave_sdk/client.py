@@ -1,7 +1,8 @@
 """The Weave API client."""
 
+import datetime as dt
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, Unpack
 
 import httpx
@@ -19,6 +20,11 @@ MAX_LIMIT = 100
 MAX_CURSOR_BYTES = 1024
 MAX_SEQUENCE = 2**63 - 1
 EVENT_ORDERS = ("asc", "desc")
+NAME = re.compile(r"[a-z0-9][a-z0-9_.\-]{0,63}")
+MAX_UINT32 = 2**32 - 1
+INSTANCE_STATES = ("RUNNING", "NEEDS_REVIEW", "CANCELLING", "SUCCEEDED", "FAILED", "CANCELLED")
+STOP_KINDS = ("CANCEL", "FAIL")
+ORDERS = ("updated_at", "created_at", "review_since")
 RECOVERY_OPERATIONS = ("review-task", "resolve-step", "continue-poll", "rearm-wait", "continue", "retry-step")
 
 
@@ -82,6 +88,41 @@ def _page_params(limit: int | None, cursor: str | None) -> dict[str, str]:
             raise InvalidArgument("INVALID_ARGUMENT", f"cursor is longer than {MAX_CURSOR_BYTES} bytes", field="cursor")
         params["cursor"] = cursor
     return params
+
+
+def _refuse(field: str, rule: str) -> InvalidArgument:
+    return InvalidArgument("INVALID_ARGUMENT", f"{field} must be {rule}", field=field)
+
+
+def _choices(field: str, value: str | Sequence[str], allowed: tuple[str, ...] | None) -> list[str]:
+    values = [value] if isinstance(value, str) else list(value)
+    if not values or not all(isinstance(v, str) and v and (allowed is None or v in allowed) for v in values):
+        raise _refuse(field, f"one or more of {allowed}" if allowed else "one or more non-empty codes")
+    return values
+
+
+def _time_param(field: str, value: dt.datetime) -> str:
+    if not isinstance(value, dt.datetime) or value.tzinfo is None:
+        raise _refuse(field, "an aware datetime")
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _integer_param(field: str, value: int, low: int) -> str:
+    if type(value) is not int or not low <= value <= MAX_UINT32:
+        raise _refuse(field, f"an integer from {low} to {MAX_UINT32}")
+    return str(value)
+
+
+def _name_param(field: str, value: str) -> str:
+    if not isinstance(value, str) or NAME.fullmatch(value) is None:
+        raise _refuse(field, "a name: [a-z0-9][a-z0-9_.-]{0,63}")
+    return value
+
+
+def _text_param(field: str, value: str) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= 256:
+        raise _refuse(field, "text of 1 to 256 characters")
+    return value
 
 
 def _expect(field: str, got: object, want: str) -> None:
@@ -362,6 +403,86 @@ class WeaveClient:
     ) -> Iterator[t.WorkflowEvent]:
         """Every event of the instance's timeline matching the filters, following the cursors."""
         return self.iter_items(self.list_workflow_events, workflow_id, limit=limit, **filters)
+
+    # The instance query
+
+    def list_workflows(
+        self,
+        *,
+        state: str | Sequence[str] | None = None,
+        review_cause: str | Sequence[str] | None = None,
+        definition: str | None = None,
+        version: int | None = None,
+        business_key: str | None = None,
+        business_key_prefix: str | None = None,
+        paused: bool | None = None,
+        stop_kind: str | None = None,
+        queue: str | None = None,
+        created_after: dt.datetime | None = None,
+        created_before: dt.datetime | None = None,
+        updated_after: dt.datetime | None = None,
+        updated_before: dt.datetime | None = None,
+        in_review_longer_than: int | None = None,
+        order: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> t.WorkflowPage:
+        """One page of the visible instances matching every filter given, newest first by ``order``.
+
+        ``state`` and ``review_cause`` take one value or several (any of them). A cursor continues
+        only the query it came from: pass the same filters and order with it.
+        """
+        params: dict[str, str | list[str]] = {}
+        if state is not None:
+            params["state"] = _choices("state", state, INSTANCE_STATES)
+        if review_cause is not None:
+            params["review_cause"] = _choices("review_cause", review_cause, None)
+        if definition is not None:
+            params["definition"] = _name_param("definition", definition)
+        if version is not None:
+            params["version"] = _integer_param("version", version, 1)
+        if business_key is not None:
+            params["business_key"] = _text_param("business_key", business_key)
+        if business_key_prefix is not None:
+            params["business_key_prefix"] = _text_param("business_key_prefix", business_key_prefix)
+        if paused is not None:
+            if type(paused) is not bool:
+                raise _refuse("paused", "a bool")
+            params["paused"] = "true" if paused else "false"
+        if stop_kind is not None:
+            if stop_kind not in STOP_KINDS:
+                raise _refuse("stop_kind", f"one of {STOP_KINDS}")
+            params["stop_kind"] = stop_kind
+        if queue is not None:
+            params["queue"] = _name_param("queue", queue)
+        times = {
+            "created_after": created_after,
+            "created_before": created_before,
+            "updated_after": updated_after,
+            "updated_before": updated_before,
+        }
+        params |= {name: _time_param(name, value) for name, value in times.items() if value is not None}
+        if in_review_longer_than is not None:
+            params["in_review_longer_than"] = _integer_param("in_review_longer_than", in_review_longer_than, 0)
+        if order is not None:
+            if order not in ORDERS:
+                raise _refuse("order", f"one of {ORDERS}")
+            params["order"] = order
+        return self._get(t.WorkflowPage, "/v1/workflows", params | _page_params(limit, cursor))
+
+    def iter_workflows(self, *, limit: int | None = None, **filters: Any) -> Iterator[t.WorkflowItem]:
+        """Every visible instance matching ``filters`` (those of ``list_workflows``), following the cursors."""
+        cursor = ""
+        while True:
+            page = self.list_workflows(limit=limit, cursor=cursor, **filters)
+            yield from page.items
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def review_summary(self) -> t.ReviewSummary:
+        """Visible instances in review counted per cause and per definition (the busiest first)."""
+        return self._get(t.ReviewSummary, "/v1/workflows/review-summary")
 
     # Writes
 

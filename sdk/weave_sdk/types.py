@@ -303,6 +303,50 @@ class Workflow:
 
 
 @model
+class WorkflowItem:
+    """One instance in the instance query: review fields only while it is in review."""
+
+    id: str
+    definition: DefinitionRef
+    state: str
+    paused: bool
+    business_key: str
+    revision: int
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    review_cause: str | None = None
+    review_step_key: str | None = None
+    stop_kind: str | None = None
+    review_since: dt.datetime | None = None
+
+
+@model
+class WorkflowPage:
+    items: list[WorkflowItem]
+    next_cursor: str | None = None
+
+
+@model
+class CauseCount:
+    review_cause: str
+    count: int
+
+
+@model
+class DefinitionCount:
+    definition: DefinitionRef
+    count: int
+
+
+@model
+class ReviewSummary:
+    total: int
+    causes: list[CauseCount]
+    definitions: list[DefinitionCount]
+    definitions_truncated: bool
+
+
+@model
 class LateEvidence:
     """What a worker reported after its attempt's lease was lost: recorded, never applied.
 

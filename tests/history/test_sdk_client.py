@@ -444,6 +444,66 @@ def test_list_workflow_events_sends_each_filter_and_repeats_kind():
     assert _event_request(server) == [("kind", "step.state")]
 
 
+WORKFLOW_ITEM = {
+    "id": W,
+    "definition": {"name": "pay", "version": 2},
+    "state": "NEEDS_REVIEW",
+    "paused": False,
+    "business_key": "order-1",
+    "revision": "7",
+    "created_at": "2026-09-18T08:00:00Z",
+    "updated_at": "2026-09-18T08:00:01Z",
+    "review_cause": "task_outcome_unknown",
+    "review_step_key": "charge",
+    "review_since": "2026-09-18T08:00:01Z",
+}
+
+
+def test_list_workflows_sends_every_filter_as_the_server_reads_it():
+    import datetime as dt
+
+    server = Server((200, {"items": [WORKFLOW_ITEM]}))
+    page = client_for(server).list_workflows(
+        state=["NEEDS_REVIEW", "FAILED"],
+        review_cause="task_outcome_unknown",
+        definition="pay",
+        version=2,
+        business_key_prefix="order-",
+        paused=False,
+        stop_kind="FAIL",
+        queue="payments",
+        created_after=dt.datetime(2026, 9, 18, 10, 0, tzinfo=dt.timezone(dt.timedelta(hours=2))),
+        in_review_longer_than=0,
+        order="review_since",
+        limit=5,
+    )
+    (request,) = server.requests
+    assert request.url.path == "/v1/workflows"
+    assert request.url.params.get_list("state") == ["NEEDS_REVIEW", "FAILED"]
+    assert dict(request.url.params) | {"state": None} == {
+        "state": None,
+        "review_cause": "task_outcome_unknown",
+        "definition": "pay",
+        "version": "2",
+        "business_key_prefix": "order-",
+        "paused": "false",
+        "stop_kind": "FAIL",
+        "queue": "payments",
+        "created_after": "2026-09-18T08:00:00.000000Z",
+        "in_review_longer_than": "0",
+        "order": "review_since",
+        "limit": "5",
+    }
+    (item,) = page.items
+    assert (item.revision, item.definition.version, item.review_cause, item.stop_kind) == (
+        7,
+        2,
+        "task_outcome_unknown",
+        None,
+    )
+    assert page.next_cursor is None
+
+
 @pytest.mark.parametrize(
     ("filters", "field"),
     [
@@ -521,3 +581,57 @@ def test_an_unknown_event_filter_is_refused_before_sending():
     with pytest.raises(InvalidArgument) as refused:
         client_for(server).list_workflow_events(W, kinds="task.state")
     assert refused.value.field == "kinds" and server.requests == []
+
+
+@pytest.mark.parametrize(
+    ("filters", "field"),
+    [
+        ({"state": "DONE"}, "state"),
+        ({"state": []}, "state"),
+        ({"review_cause": [""]}, "review_cause"),
+        ({"definition": "Pay"}, "definition"),
+        ({"version": 0}, "version"),
+        ({"version": True}, "version"),
+        ({"business_key": ""}, "business_key"),
+        ({"paused": "yes"}, "paused"),
+        ({"stop_kind": "cancel"}, "stop_kind"),
+        ({"queue": "a b"}, "queue"),
+        ({"updated_before": __import__("datetime").datetime(2026, 1, 1)}, "updated_before"),
+        ({"in_review_longer_than": -1}, "in_review_longer_than"),
+        ({"order": "id"}, "order"),
+        ({"limit": 101}, "limit"),
+    ],
+)
+def test_list_workflows_refuses_a_bad_filter_before_sending(filters, field):
+    server = Server((200, {"items": []}))
+    with pytest.raises(InvalidArgument) as caught:
+        client_for(server).list_workflows(**filters)
+    assert caught.value.field == field and server.requests == []
+
+
+def test_iter_workflows_follows_the_cursors_with_the_same_filters():
+    first = {"items": [WORKFLOW_ITEM], "next_cursor": "next:1"}
+    second = {"items": [WORKFLOW_ITEM | {"id": G}]}
+    server = Server((200, first), (200, second))
+    items = list(client_for(server).iter_workflows(state="NEEDS_REVIEW", limit=1))
+    assert [i.id for i in items] == [W, G]
+    assert [dict(r.url.params) for r in server.requests] == [
+        {"state": "NEEDS_REVIEW", "limit": "1"},
+        {"state": "NEEDS_REVIEW", "limit": "1", "cursor": "next:1"},
+    ]
+
+
+def test_review_summary_decodes_the_counts():
+    body = {
+        "total": 3,
+        "causes": [{"review_cause": "wait_expired", "count": 3}],
+        "definitions": [{"definition": {"name": "pay", "version": 1}, "count": 3}],
+        "definitions_truncated": False,
+    }
+    server = Server((200, body))
+    summary = client_for(server).review_summary()
+    assert server.requests[0].url.path == "/v1/workflows/review-summary"
+    assert summary.total == 3 and summary.causes[0].review_cause == "wait_expired"
+    assert summary.definitions[0].definition.name == "pay" and summary.definitions_truncated is False
+    with pytest.raises(WeaveResponseError):
+        client_for(Server((200, body | {"total": "3"}))).review_summary()

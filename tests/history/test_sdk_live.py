@@ -149,3 +149,32 @@ def test_the_sdk_walks_an_engine_built_timeline_with_its_filters(live_server, is
         with pytest.raises(InvalidArgument) as refused:
             client.list_workflow_events(state.instance.id, kind="task.done")
         assert refused.value.field == "kind" and refused.value.status == 400
+
+
+def test_the_sdk_finds_the_instances_in_review_and_counts_them(live_server, issue_token, workflow):
+    import datetime as dt
+
+    from core import clock
+    from history.models import InstanceState, ReviewCause
+    from tests.factories import WorkflowInstanceFactory
+
+    since = clock.now() - dt.timedelta(hours=2)
+    in_review = [
+        WorkflowInstanceFactory(
+            namespace=workflow.namespace,
+            definition=workflow.definition,
+            state=InstanceState.NEEDS_REVIEW,
+            review_cause=ReviewCause.WAIT_EXPIRED,
+            review_since=since + dt.timedelta(seconds=i),
+        )
+        for i in range(3)
+    ]
+    with _client(live_server, issue_token, Scope.READ) as client:
+        found = list(client.iter_workflows(review_cause=["wait_expired"], order="review_since", limit=2))
+        assert [item.id for item in found] == [row.id for row in reversed(in_review)]
+        assert client.list_workflows(state="RUNNING").items[0].id == workflow.id
+        summary = client.review_summary()
+        assert summary.total == 3 and summary.causes[0].count == 3
+        with pytest.raises(InvalidArgument) as caught:
+            client.list_workflows(state="RUNNING", cursor="forged")
+        assert caught.value.field == "cursor"

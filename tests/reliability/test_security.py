@@ -275,6 +275,8 @@ ENDPOINTS = [
     Endpoint(f"{W}/tasks/<str:task>", "GET", Scope.READ, "instance", ON_INSTANCE | {"task": "charge_task"}),
     Endpoint(f"{W}/operations", "GET", Scope.AUDIT_READ, "instance", ON_INSTANCE, list_kind="operations"),
     Endpoint(f"{W}/events", "GET", Scope.READ, "instance", ON_INSTANCE, list_kind="events"),
+    Endpoint("v1/workflows", "GET", Scope.READ, "namespace", list_kind="workflows"),
+    Endpoint("v1/workflows/review-summary", "GET", Scope.READ, "namespace"),
     Endpoint(
         "v1/workflows",
         "POST",
@@ -435,7 +437,7 @@ def _missing_request(endpoint: Endpoint, world) -> tuple[dict, str, str]:
     return {"path": endpoint.path(world, **{placeholder: missing})}, world.ids[key], missing
 
 
-@pytest.mark.parametrize("endpoint", GUARDED, ids=lambda e: e.name)
+@pytest.mark.parametrize("endpoint", [e for e in GUARDED if e.guard != "namespace"], ids=lambda e: e.name)
 def test_another_namespace_or_a_missing_queue_gets_exactly_the_answer_of_a_missing_resource(
     send, security_world, endpoint
 ):
@@ -453,6 +455,19 @@ def test_another_namespace_or_a_missing_queue_gets_exactly_the_answer_of_a_missi
             hidden = _error(send(endpoint, hidden_token))
             assert (*hidden[:3], hidden[3].replace(real, missing)) == absent, (namespace, queues)
     assert _accepted(send(endpoint, _issue(w.namespace, queues=["ledger", "payments"])))
+
+
+def test_a_namespace_wide_read_shows_nothing_of_an_instance_hidden_from_the_caller(send, security_world):
+    w = security_world
+    query, summary = (e for e in ENDPOINTS if e.guard == "namespace")
+    instance = w.ids["instance"]
+    assert instance in {item["id"] for item in send(query, _issue(w.namespace)).json()["data"]["items"]}
+    for namespace, queues in HIDDEN_FROM["instance"]:
+        token = _issue(getattr(w, namespace), queues=queues)
+        with _nothing_written():
+            items = send(query, token, path=f"/{query.route}?limit=100").json()["data"]["items"]
+            assert instance not in {item["id"] for item in items}, (namespace, queues)
+            assert send(summary, token).status_code == 200
 
 
 def test_a_worker_of_another_namespace_claims_nothing_from_a_queue_of_the_same_name(send, security_world):
@@ -516,6 +531,9 @@ MOVES = {
     "signal_operations": [{"id": "sibling"}, {"signal": "other_signal"}],
     "operations": [{"id": "sibling"}],
     "events": [{"id": "sibling"}],
+    # No parent in the path: its binding to the namespace, filters and order is proven in
+    # tests/history/test_instance_query.py.
+    "workflows": [],
 }
 
 
