@@ -213,6 +213,8 @@ class Endpoint:
     args: dict = field(default_factory=dict)
     body: Callable | None = None
     list_kind: str = ""
+    # Another scope that is enough on its own (a worker reads the source of its queue's tasks).
+    also: str = ""
 
     @property
     def name(self) -> str:
@@ -295,6 +297,9 @@ ENDPOINTS = [
         "queue",
         {"queue": "payments"},
         lambda w: {"worker": "w-1"},
+    ),
+    Endpoint(
+        "v1/tasks/<str:task_id>/source", "GET", Scope.READ, "task", {"task_id": "charge_task"}, also=Scope.TASKS_WORK
     ),
     Endpoint(
         "v1/tasks/<str:task_id>/heartbeat",
@@ -407,7 +412,8 @@ def test_a_revoked_or_expired_token_stops_working_on_the_very_next_request(send,
 def test_refusals_come_in_spec_order_401_then_403_then_400_and_write_nothing(send, security_world, endpoint):
     w = security_world
     bad = {"path": endpoint.path(w) + "?bogus=1"} if endpoint.method == "GET" else {"body": "[]"}
-    lacking = {ns: _issue(ns, scopes=[s for s in ALL_SCOPES if s != endpoint.scope]) for ns in (w.namespace, w.rival)}
+    enough = (endpoint.scope, endpoint.also)
+    lacking = {ns: _issue(ns, scopes=[s for s in ALL_SCOPES if s not in enough]) for ns in (w.namespace, w.rival)}
     rival = _issue(w.rival)
     with _nothing_written():
         assert _error(send(endpoint, None, **bad))[:3] == (401, "UNAUTHENTICATED", None)
@@ -415,7 +421,8 @@ def test_refusals_come_in_spec_order_401_then_403_then_400_and_write_nothing(sen
         for token in lacking.values():
             assert _error(send(endpoint, token, **bad))[:3] == (403, "PERMISSION_DENIED", None)
         assert _error(send(endpoint, rival, **bad))[:2] == (400, "INVALID_ARGUMENT")
-    assert _accepted(send(endpoint, _issue(w.namespace, scopes=[endpoint.scope])))
+    for scope in filter(None, enough):
+        assert _accepted(send(endpoint, _issue(w.namespace, scopes=[scope])))
 
 
 # What hides a resource, the request naming one that does not exist, and who may not see it.
