@@ -18,7 +18,7 @@ from core.errors import FailedPrecondition, NotFound
 from core.identity import Identity
 from engine.budget import attempts_left
 from engine.commands import command_object, id_argument
-from engine.quota import permit_release, quota_lock_for_task
+from engine.quota import Quota, permit_release, quota_lock_for_task
 from engine.results import late_result_record, result_event_publish
 from engine.state import touch
 from history.events import WORKER, acting
@@ -262,7 +262,7 @@ def task_complete(*, identity: Identity, task_id: str, command: Any) -> Completi
 def _attempt_report(
     *,
     locks: LockSet,
-    quota,
+    quota: Quota,
     instance: WorkflowInstance | None,
     task: Task,
     attempt: Attempt,
