@@ -90,7 +90,7 @@ def task_create(
         latest_start_at=latest_start_at,
         retry_of=retry_of,
         source_instance=instance,
-        source_activation_id=activation.id,
+        source_activation=activation,
         source_round=source_round,
         permit_held=True,
         created_at=now,

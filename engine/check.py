@@ -22,6 +22,7 @@ from history.models import (
     InboxRecord,
     InboxSource,
     InboxState,
+    InstanceEvent,
     InstanceState,
     PollRound,
     Queue,
@@ -30,6 +31,7 @@ from history.models import (
     Signal,
     Step,
     StepKind,
+    StepState,
     Task,
     TaskState,
     Wait,
@@ -331,6 +333,42 @@ def _inbox() -> Iterator[Violation]:
         yield Violation("quarantined_record", f"corruption: {reason}", (record_id, instance_id))
 
 
+# Each followed row with a state, and the column (path) naming its instance.
+_FOLLOWED = (
+    (WorkflowInstance, "id"),
+    (Step, "instance_id"),
+    (Activation, "instance_id"),
+    (Task, "source_instance_id"),
+    (Attempt, "task__source_instance_id"),
+    (Wait, "instance_id"),
+    (Signal, "workflow_id"),
+    (InboxRecord, "instance_id"),
+)
+
+
+def _timeline() -> Iterator[Violation]:
+    """Sequences are 1..n per instance, and the latest created/state event of each followed row names the
+    state the row holds. A row without an event must be in its initial state (a step PENDING), unless its
+    instance's timeline starts with a reconstructed prefix written before the timeline existed."""
+    for instance_id in _gaps(InstanceEvent, "instance_id", "sequence"):
+        yield Violation("event_sequence_gap", "event sequences are not 1..n", (instance_id,))
+    for model, instance in _FOLLOWED:
+        events = InstanceEvent.objects.filter(instance_id=OuterRef(instance), subject_id=OuterRef("pk"))
+        latest = events.filter(kind__endswith=".state") | events.filter(kind__endswith=".created")
+        rows = model.objects.annotate(
+            latest=Subquery(latest.order_by("-sequence").values("after")[:1]),
+            prefix=Exists(InstanceEvent.objects.filter(instance_id=OuterRef(instance), reconstructed=True)),
+        ).filter(Q(latest__isnull=True, prefix=False) | ~Q(latest=F("state")))
+        if model is Step:
+            rows = rows.exclude(latest__isnull=True, state=StepState.PENDING)
+        for row_id, state, after in rows.values_list("pk", "state", "latest").iterator():
+            if after is None:
+                yield Violation("event_missing", f"{model.__name__} {state} has no created event", (row_id,))
+            else:
+                message = f"{model.__name__} is {state}, its latest event says {after}"
+                yield Violation("event_state_mismatch", message, (row_id,))
+
+
 CHECKS = (
     _ownership,
     _sequences,
@@ -343,6 +381,7 @@ CHECKS = (
     _revisions_and_gates,
     _review_causes,
     _inbox,
+    _timeline,
 )
 
 

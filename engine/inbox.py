@@ -134,6 +134,7 @@ def _signal_sources(record: InboxRecord, instance: WorkflowInstance, definition:
     step = Step.objects.filter(instance_id=instance.id, key=signal.target_step_key).first()
     if signal_spec_of(spec) is None or step is None:
         raise Corruption(f"signal {signal.id} targets {signal.target_step_key}, not a signal step of the definition")
+    record.signal = signal  # the record's timeline event names the signal's step without reading it again
     return signal, step, spec
 
 

@@ -13,6 +13,7 @@ from engine.definitions import MAX_SECONDS
 from engine.state import FINISHED, gate_sync, instance_control_touch
 from history import idempotency
 from history.audits import audit_write, instance_summary
+from history.events import acting_for, row_created
 from history.idempotency import Receipt
 from history.locking import Level, LockSet, atomic_with_retry
 from history.models import (
@@ -83,22 +84,23 @@ def instance_start(*, identity: Identity, command: Any, idempotency_key: Any, re
     def work(locks: LockSet) -> dict:
         instance.save()
         Gate.objects.create(instance=instance, open=True)
+        root = Step(
+            instance=instance,
+            key=ROOT_STEP_KEY,
+            kind=StepKind.ROOT,
+            state=StepState.ACTIVE,
+            created_at=now,
+            updated_at=now,
+        )
         Step.objects.bulk_create(
-            [
-                Step(
-                    instance=instance,
-                    key=ROOT_STEP_KEY,
-                    kind=StepKind.ROOT,
-                    state=StepState.ACTIVE,
-                    created_at=now,
-                    updated_at=now,
-                )
-            ]
+            [root]
             + [
                 Step(instance=instance, key=spec["key"], kind=spec["kind"], created_at=now, updated_at=now)
                 for spec in definition.spec["steps"]
             ]
         )
+        # The other steps start PENDING, their initial state, which needs no event; the root starts ACTIVE.
+        row_created(root)
         continuation_create(instance=instance)
         summary = instance_summary(instance, definition)
         audit_write(
@@ -115,15 +117,16 @@ def instance_start(*, identity: Identity, command: Any, idempotency_key: Any, re
         )
         return summary
 
-    return idempotency.receipt_run(
-        namespace_id=identity.namespace_id,
-        key=key,
-        operation="workflow.start",
-        target=definition.id,
-        command=command,
-        work=work,
-        status=201,
-    )
+    with acting_for(identity):
+        return idempotency.receipt_run(
+            namespace_id=identity.namespace_id,
+            key=key,
+            operation="workflow.start",
+            target=definition.id,
+            command=command,
+            work=work,
+            status=201,
+        )
 
 
 def _control(*, identity: Identity, instance_id: str, command: Any, action: str, change, request_id: str) -> dict:
@@ -164,7 +167,8 @@ def _control(*, identity: Identity, instance_id: str, command: Any, action: str,
         )
         return after
 
-    return atomic_with_retry(work)
+    with acting_for(identity):
+        return atomic_with_retry(work)
 
 
 def instance_pause(*, identity: Identity, instance_id: str, command: Any, request_id: str = "") -> dict:

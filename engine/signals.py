@@ -14,6 +14,7 @@ from engine.definitions import contract_violation
 from engine.state import FINISHED, step_enter_review, touch
 from history import idempotency
 from history.audits import audit_write, signal_snapshot
+from history.events import acting_for
 from history.idempotency import Receipt
 from history.locking import Level, LockSet
 from history.models import (
@@ -158,15 +159,16 @@ def signal_accept(
             "expires_at": snapshot["expires_at"],
         }
 
-    return idempotency.receipt_run(
-        namespace_id=identity.namespace_id,
-        key=key,
-        operation="workflow.signal",
-        target=instance.id,
-        command=command,
-        work=work,
-        status=201,
-    )
+    with acting_for(identity):
+        return idempotency.receipt_run(
+            namespace_id=identity.namespace_id,
+            key=key,
+            operation="workflow.signal",
+            target=instance.id,
+            command=command,
+            work=work,
+            status=201,
+        )
 
 
 def _matches(signal: Signal, wait: Wait, activation: Activation) -> bool:

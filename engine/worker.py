@@ -18,9 +18,10 @@ from core.errors import FailedPrecondition, NotFound
 from core.identity import Identity
 from engine.budget import attempts_left
 from engine.commands import command_object, id_argument
-from engine.quota import permit_release, quota_lock_for_task
+from engine.quota import Quota, permit_release, quota_lock_for_task
 from engine.results import late_result_record, result_event_publish
 from engine.state import touch
+from history.events import WORKER, acting
 from history.locking import Level, LockSet, atomic_with_retry
 from history.models import (
     Application,
@@ -90,19 +91,20 @@ def task_claim(*, identity: Identity, queue_name: str, command: Any) -> Claim | 
         .order_by("-priority", "created_at", "id")
         .values_list("id", "source_instance_id")[:CLAIM_CANDIDATES]
     )
-    busy = []
-    for task_id, instance_id in candidates:
-        claim = atomic_with_retry(lambda t=task_id, i=instance_id: _claim_one(t, i, queue.id, worker, lease, True))
-        if isinstance(claim, Claim):
-            return claim
-        if claim is _BUSY:
-            busy.append((task_id, instance_id))
-    # Every candidate whose instance was busy is tried once more, waiting for its lock this
-    # time, so "nothing claimable" never just means "another worker was holding it".
-    for task_id, instance_id in busy:
-        claim = atomic_with_retry(lambda t=task_id, i=instance_id: _claim_one(t, i, queue.id, worker, lease, False))
-        if isinstance(claim, Claim):
-            return claim
+    with acting(WORKER, worker):
+        busy = []
+        for task_id, instance_id in candidates:
+            claim = atomic_with_retry(lambda t=task_id, i=instance_id: _claim_one(t, i, queue.id, worker, lease, True))
+            if isinstance(claim, Claim):
+                return claim
+            if claim is _BUSY:
+                busy.append((task_id, instance_id))
+        # Every candidate whose instance was busy is tried once more, waiting for its lock this
+        # time, so "nothing claimable" never just means "another worker was holding it".
+        for task_id, instance_id in busy:
+            claim = atomic_with_retry(lambda t=task_id, i=instance_id: _claim_one(t, i, queue.id, worker, lease, False))
+            if isinstance(claim, Claim):
+                return claim
     return None
 
 
@@ -198,8 +200,9 @@ def task_heartbeat(*, identity: Identity, task_id: str, command: Any) -> Heartbe
         attempt = _reported_attempt(task, attempt_id)
         if attempt.state == AttemptState.UNKNOWN:
             return Heartbeat(attempt=attempt, late=True)
-        attempt.lease_expires_at = max(attempt.lease_expires_at, clock.now() + dt.timedelta(seconds=lease))
-        attempt.save(update_fields=["lease_expires_at"])
+        with acting(WORKER, attempt.worker):
+            attempt.lease_expires_at = max(attempt.lease_expires_at, clock.now() + dt.timedelta(seconds=lease))
+            attempt.save(update_fields=["lease_expires_at"])
         return Heartbeat(attempt=attempt, late=False)
 
     return atomic_with_retry(beat)
@@ -242,32 +245,56 @@ def task_complete(*, identity: Identity, task_id: str, command: Any) -> Completi
         instance = locks.lock_one(Level.INSTANCE, task.source_instance_id)
         locked = locks.lock_one(Level.TASK, task.id)
         attempt = _reported_attempt(locked, attempt_id)
-        if attempt.state == AttemptState.UNKNOWN:
-            late_result_record(locks=locks, task=locked, attempt=attempt, outcome=outcome, result=result)
-            return Completion(task=locked, late=True)
-        now = clock.now()
-        attempt.state = outcome
-        attempt.finished_at = now
-        attempt.result = result
-        attempt.save()
-        requeue = retryable and attempts_left(locked) > 0 and (locked.deadline_at is None or locked.deadline_at > now)
-        if requeue:
-            locked.state = TaskState.QUEUED
-        else:
-            locked.state = outcome
-            locked.outcome = outcome
-            locked.result = result
-            permit_release(
-                locks=locks, application=quota.application, queue=next(iter(quota.queues.values())), task=locked
+        # The report is the attempt's worker's, late or not.
+        with acting(WORKER, attempt.worker):
+            return _attempt_report(
+                locks=locks,
+                quota=quota,
+                instance=instance,
+                task=locked,
+                attempt=attempt,
+                outcome=outcome,
+                result=result,
+                retryable=retryable,
             )
-        touch(locked, now)
-        if instance is not None:
-            touch(instance, now)
-        if not requeue:
-            result_event_publish(locks=locks, task=locked, kind=ResultKind.RESULT, outcome=outcome, result=result)
-        return Completion(task=locked, late=False)
 
     return atomic_with_retry(complete)
+
+
+def _attempt_report(
+    *,
+    locks: LockSet,
+    quota: Quota,
+    instance: WorkflowInstance | None,
+    task: Task,
+    attempt: Attempt,
+    outcome: str,
+    result: str,
+    retryable: bool,
+) -> Completion:
+    """The task attempt's report: late evidence when its lease was lost, else its outcome (requeue or finish)."""
+    if attempt.state == AttemptState.UNKNOWN:
+        late_result_record(locks=locks, task=task, attempt=attempt, outcome=outcome, result=result)
+        return Completion(task=task, late=True)
+    now = clock.now()
+    attempt.state = outcome
+    attempt.finished_at = now
+    attempt.result = result
+    attempt.save()
+    requeue = retryable and attempts_left(task) > 0 and (task.deadline_at is None or task.deadline_at > now)
+    if requeue:
+        task.state = TaskState.QUEUED
+    else:
+        task.state = outcome
+        task.outcome = outcome
+        task.result = result
+        permit_release(locks=locks, application=quota.application, queue=next(iter(quota.queues.values())), task=task)
+    touch(task, now)
+    if instance is not None:
+        touch(instance, now)
+    if not requeue:
+        result_event_publish(locks=locks, task=task, kind=ResultKind.RESULT, outcome=outcome, result=result)
+    return Completion(task=task, late=False)
 
 
 def task_lease_expire(*, attempt_id: str) -> bool:

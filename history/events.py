@@ -6,8 +6,9 @@ waits, signals, inbox records, result events and the three audits — passes thr
 ``<subject>.created``, a row whose ``state`` changed since it was read writes ``<subject>.state``
 with before → after. The event is inserted in the transaction of the save, so a rollback takes
 it away with the change. Rows written by ``QuerySet.update`` or ``bulk_create`` bypass it: the
-engine writes no state that way (steps are bulk-created PENDING, their initial state, and a
-subject without events is in its initial state).
+engine writes no state that way, except steps bulk-created PENDING, their initial state (a
+subject without events is in its initial state), and the root step, whose event ``row_created``
+writes.
 
 ``sequence`` is the instance's last sequence + 1, read at READ COMMITTED while the writer holds
 the instance's row lock (every engine transaction takes it first), so it has no gaps; the unique
@@ -24,9 +25,13 @@ from dataclasses import dataclass
 
 from django.db.models.signals import post_save
 
+from core.identity import Identity
 from history import models
 
 ENGINE = "engine"
+WORKER = "worker"
+CLIENT = "client"
+OPERATOR = "operator"
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,12 @@ def acting(kind: str, actor_id: str, *, operation_id: str = "") -> Iterator[Acto
         yield actor
     finally:
         _actor.reset(token)
+
+
+def acting_for(identity: Identity, *, operation_id: str = "") -> contextlib.AbstractContextManager[Actor]:
+    """``acting`` for whoever holds ``identity``: an API credential is a client, an admin user an operator."""
+    kind = CLIENT if identity.credential_id is not None else OPERATOR
+    return acting(kind, identity.actor_id, operation_id=operation_id)
 
 
 # subject type of each followed model; audits share one subject type.
@@ -89,8 +100,8 @@ def _remember(kind: str, pk: str, place: tuple[str, str]) -> tuple[str, str]:
 def _step_place(step_id: str) -> tuple[str, str]:
     place = _places.get(("step", step_id))
     if place is None:
-        row = models.Step.objects.filter(pk=step_id).values_list("instance_id", "key").first() or ("", "")
-        place = _remember("step", step_id, row)
+        row = models.Step.objects.filter(pk=step_id).values_list("instance_id", "key").first()
+        place = _remember("step", step_id, row) if row else ("", "")
     return place
 
 
@@ -100,7 +111,7 @@ def _activation_place(activation_id: str | None) -> tuple[str, str]:
     place = _places.get(("activation", activation_id))
     if place is None:
         step_id = models.Activation.objects.filter(pk=activation_id).values_list("step_id", flat=True).first()
-        place = _remember("activation", activation_id, _step_place(step_id) if step_id else ("", ""))
+        place = _remember("activation", activation_id, _step_place(step_id)) if step_id else ("", "")
     return place
 
 
@@ -108,8 +119,14 @@ def _task_place(task_id: str) -> tuple[str, str]:
     place = _places.get(("task", task_id))
     if place is None:
         activation_id = models.Task.objects.filter(pk=task_id).values_list("source_activation_id", flat=True).first()
-        place = _remember("task", task_id, _activation_place(activation_id))
+        place = _remember("task", task_id, _activation_place(activation_id)) if activation_id else ("", "")
     return place
+
+
+def _known(row, field: str):
+    """The related row the caller passed in (already in memory), or None: using it saves a read."""
+    descriptor = getattr(type(row), field)
+    return getattr(row, field) if descriptor.is_cached(row) else None
 
 
 def _place(row) -> tuple[str, str]:
@@ -119,29 +136,39 @@ def _place(row) -> tuple[str, str]:
     if isinstance(row, models.Step):
         return _remember("step", row.id, (row.instance_id, row.key))
     if isinstance(row, models.Activation):
-        instance_id, key = _step_place(row.step_id)
+        step = _known(row, "step")
+        instance_id, key = _place(step) if step is not None else _step_place(row.step_id)
         return _remember("activation", row.id, (instance_id or row.instance_id, key))
     if isinstance(row, models.Task):
-        instance_id, key = _activation_place(row.source_activation_id)
+        activation = _known(row, "source_activation")
+        instance_id, key = _place(activation) if activation is not None else _activation_place(row.source_activation_id)
         return _remember("task", row.id, (instance_id or row.source_instance_id, key))
     if isinstance(row, models.Attempt | models.ResultEvent | models.ExecutionAudit):
-        return _task_place(row.task_id)
+        task = _known(row, "task")
+        return _place(task) if task is not None else _task_place(row.task_id)
     if isinstance(row, models.Wait):
-        return row.instance_id, _step_place(row.step_id)[1]
+        step = _known(row, "step")
+        return row.instance_id, step.key if step is not None else _step_place(row.step_id)[1]
     if isinstance(row, models.Signal):
         return row.workflow_id, row.target_step_key
     if isinstance(row, models.InboxRecord):
-        key = _activation_place(row.activation_id)[1]
+        activation = _known(row, "activation")
+        key = _place(activation)[1] if activation is not None else _activation_place(row.activation_id)[1]
         if not key and row.signal_id:
-            key = models.Signal.objects.filter(pk=row.signal_id).values_list("target_step_key", flat=True).first()
+            key = _signal_step_key(row)
         return row.instance_id, key or ""
     if isinstance(row, models.WorkflowOperation):
         return row.workflow_id, row.step_key
     if isinstance(row, models.SignalOperation):
-        return row.workflow_id, models.Signal.objects.filter(pk=row.signal_id).values_list(
-            "target_step_key", flat=True
-        ).first() or ""
+        return row.workflow_id, _signal_step_key(row)
     raise TypeError(f"{type(row).__name__} is not followed by the timeline")
+
+
+def _signal_step_key(row) -> str:
+    signal = _known(row, "signal")
+    if signal is not None:
+        return signal.target_step_key
+    return models.Signal.objects.filter(pk=row.signal_id).values_list("target_step_key", flat=True).first() or ""
 
 
 def _detail(row, subject: str) -> str:
@@ -225,6 +252,11 @@ def _row_saved(sender, instance, created: bool, raw: bool = False, **_) -> None:
     )
     if tracked:
         row.state_at_load = row.state
+
+
+def row_created(row) -> None:
+    """The created event of a followed row written without ``save`` (``bulk_create``)."""
+    _row_saved(type(row), row, created=True)
 
 
 def events_follow() -> None:

@@ -27,6 +27,7 @@ from core.ids import new_id
 from engine.state import instance_control_touch
 from history import idempotency
 from history.audits import audit_write, instance_snapshot
+from history.events import acting_for
 from history.idempotency import KeyRaced, Receipt, receipt_claim, receipt_freeze, receipt_replay
 from history.locking import Level, LockSet, atomic_with_retry
 from history.models import (
@@ -216,27 +217,29 @@ def _commit(*, operation, identity, instance_id, key, fingerprint, command, requ
     instance, gate = ctx.instance, ctx.gate
     before = instance_snapshot(instance, gate)
     operation_id = new_id()
-    effect = operation.apply(ctx, command, plan, operation_id=operation_id)
-    instance_control_touch(instance=instance, now=ctx.now)
-    audit = audit_write(
-        model=WorkflowOperation,
-        namespace_id=instance.namespace_id,
-        actor_id=identity.actor_id,
-        action=operation.action,
-        reason=command.reason,
-        evidence_ref=command.evidence_ref,
-        request_id=request_id,
-        before={"instance": before, **effect.before},
-        after={"instance": instance_snapshot(instance, gate), **effect.after},
-        now=ctx.now,
-        workflow=instance,
-        operation_id=operation_id,
-        step_key=effect.step_key,
-        activation=effect.activation,
-        execution_audit=effect.execution_audit,
-    )
-    receipt = receipt_freeze(row=row, data=_receipt_data(operation, instance, audit, effect))
-    operation.publish(ctx, plan)
+    # Every event of the operation's writes names its actor and operation.
+    with acting_for(identity, operation_id=operation_id):
+        effect = operation.apply(ctx, command, plan, operation_id=operation_id)
+        instance_control_touch(instance=instance, now=ctx.now)
+        audit = audit_write(
+            model=WorkflowOperation,
+            namespace_id=instance.namespace_id,
+            actor_id=identity.actor_id,
+            action=operation.action,
+            reason=command.reason,
+            evidence_ref=command.evidence_ref,
+            request_id=request_id,
+            before={"instance": before, **effect.before},
+            after={"instance": instance_snapshot(instance, gate), **effect.after},
+            now=ctx.now,
+            workflow=instance,
+            operation_id=operation_id,
+            step_key=effect.step_key,
+            activation=effect.activation,
+            execution_audit=effect.execution_audit,
+        )
+        receipt = receipt_freeze(row=row, data=_receipt_data(operation, instance, audit, effect))
+        operation.publish(ctx, plan)
     return receipt
 
 

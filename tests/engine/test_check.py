@@ -1,12 +1,15 @@
 import pytest
 from django.core.management import call_command
+from django.db.models import F
 
 from engine.check import invariants_check
 from engine.signals import signal_accept
 from history.models import (
     Activation,
     Application,
+    Attempt,
     InboxRecord,
+    InstanceEvent,
     ResultEvent,
     Signal,
     Step,
@@ -117,3 +120,44 @@ def test_a_review_naming_a_step_the_instance_does_not_have_is_reported(tenancy):
     assert invariants_check() == []
     WorkflowInstance.objects.filter(pk=state.instance.pk).update(review_step_key="refund")
     assert [v.code for v in invariants_check()] == ["review_step_unknown"]
+
+
+def _violations(code: str) -> list[tuple[str, ...]]:
+    return [v.ids for v in invariants_check() if v.code == code]
+
+
+def test_a_gap_in_an_instances_event_sequence_is_reported(ran):
+    InstanceEvent.objects.filter(instance=ran, sequence=2).delete()
+    assert _violations("event_sequence_gap") == [(ran.id,)]
+
+
+def test_a_sequence_not_starting_at_1_is_reported(ran):
+    InstanceEvent.objects.filter(instance=ran, sequence=1).delete()
+    InstanceEvent.objects.filter(instance=ran).update(sequence=F("sequence") + 100)
+    assert _violations("event_sequence_gap") == [(ran.id,)]
+
+
+@pytest.mark.parametrize("model", [WorkflowInstance, Step, Activation, Task, Attempt, InboxRecord])
+def test_a_row_whose_state_moved_without_an_event_is_reported(ran, model):
+    row = model.objects.order_by("pk").first()
+    model.objects.filter(pk=row.pk).update(state="CANCELLED" if model is not InboxRecord else "QUARANTINED")
+    assert _violations("event_state_mismatch") == [(row.pk,)]
+
+
+def test_a_step_left_pending_needs_no_event_but_an_active_one_does(ran, engine):
+    waiting = engine.start(engine.define([task_step("z")]))  # its steps are not activated yet
+    pending = Step.objects.get(instance=waiting, key="z")
+    assert pending.state == "PENDING" and not InstanceEvent.objects.filter(subject_id=pending.id).exists()
+    assert _violations("event_missing") == []
+    other = Step.objects.get(instance=ran, key="a")
+    InstanceEvent.objects.filter(subject_id=other.id).delete()
+    Step.objects.filter(pk=pending.pk).update(state="ACTIVE")
+    assert sorted(_violations("event_missing")) == sorted([(other.id,), (pending.id,)])
+
+
+def test_a_row_without_events_is_allowed_after_a_reconstructed_prefix(ran):
+    step = Step.objects.get(instance=ran, key="a")
+    InstanceEvent.objects.filter(subject_id=step.id).delete()
+    assert _violations("event_missing") == [(step.id,)]
+    InstanceEvent.objects.filter(instance=ran, sequence=1).update(reconstructed=True)
+    assert _violations("event_missing") == []

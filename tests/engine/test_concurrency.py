@@ -16,7 +16,16 @@ from engine.runner import pass_lease_expiry, runner_pass, runner_settle
 from engine.signals import signal_accept
 from engine.worker import task_complete
 from history.locking import Level, LockSet
-from history.models import Attempt, InboxRecord, InboxState, ResultEvent, Task, TaskState
+from history.models import (
+    Attempt,
+    InboxRecord,
+    InboxState,
+    InstanceEvent,
+    ResultEvent,
+    Task,
+    TaskState,
+    WorkflowInstance,
+)
 from tests.engine.conftest import task_step
 from tests.engine.test_poll import poll_step
 
@@ -211,3 +220,47 @@ def test_concurrent_workers_never_claim_one_task_twice(engine):
     assert len(claimed) == 12 and len(set(claimed)) == 12
     assert set(Task.objects.values_list("state", "attempt_count")) == {(TaskState.LEASED, 1)}
     assert Attempt.objects.count() == 12
+
+
+def test_concurrent_transitions_of_one_instance_keep_its_event_sequence_gap_free(engine):
+    steps = [task_step(key) for key in "abcdef"] + [
+        {"key": "ok", "kind": "SIGNAL", "name": "ok", "payload_version": "1", "deadline_seconds": 600}
+    ]
+    instance = engine.start(engine.define(steps))
+    stop = threading.Event()
+
+    def runner():
+        while not stop.is_set():
+            runner_pass()
+
+    def worker():
+        for _ in range(20):
+            claim = engine.claim()
+            if claim is not None:
+                claim_execute(identity=engine.identity, claim=claim)
+
+    def signals():
+        for n in range(5):
+            signal_accept(
+                identity=engine.identity,
+                instance_id=instance.id,
+                command={"name": "ok", "payload_version": "1", "payload": {}, "correlation_key": "", "reason": "r"},
+                idempotency_key=f"sig-{n}",
+            )
+        threading.Event().wait(1)
+        stop.set()
+
+    _threads(runner, runner, worker, worker, worker, signals)
+    runner_settle()
+    while engine.work():
+        runner_settle()
+    sequences = list(InstanceEvent.objects.filter(instance_id=instance.id).values_list("sequence", flat=True))
+    assert sorted(sequences) == list(range(1, len(sequences) + 1))
+    created = Counter(
+        InstanceEvent.objects.filter(instance_id=instance.id, kind__endswith=".created").values_list(
+            "subject_id", flat=True
+        )
+    )
+    assert set(created.values()) == {1}
+    assert WorkflowInstance.objects.get(pk=instance.id).state == "SUCCEEDED"
+    assert invariants_check() == []

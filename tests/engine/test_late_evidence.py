@@ -29,6 +29,7 @@ from history.models import (
     Disposition,
     InboxRecord,
     InboxState,
+    InstanceEvent,
     Operator,
     ResultEvent,
     ResultKind,
@@ -46,6 +47,7 @@ from tests.recovery.digest import assert_refused, history_digest
 
 PAID = '{"paid":true,"amount":1.10}'  # as the worker wrote it: the evidence keeps the literal
 EVIDENCE_TABLES = {ResultEvent._meta.db_table, InboxRecord._meta.db_table}
+EVENT_TABLE = InstanceEvent._meta.db_table
 
 
 def _rows() -> dict[str, set]:
@@ -59,14 +61,26 @@ def _rows() -> dict[str, set]:
     return tables
 
 
-def _assert_only_evidence_added(before: dict[str, set], after: dict[str, set], *, added: int) -> None:
-    """No row changed anywhere; the result stream and the inbox each gained ``added`` rows."""
+def _assert_only_evidence_added(before: dict[str, set], after: dict[str, set], *, claim) -> None:
+    """No row changed anywhere; the result stream and the inbox each gained one row, and the timeline
+    exactly their two created events (attributed to the worker, no state of any other subject)."""
     for table, rows in before.items():
-        if table in EVIDENCE_TABLES:
+        if table in EVIDENCE_TABLES | {EVENT_TABLE}:
             assert rows <= after[table], f"{table}: a row changed"
-            assert len(after[table] - rows) == added, table
+            assert len(after[table] - rows) == (2 if table == EVENT_TABLE else 1), table
         else:
             assert after[table] == rows, f"{table} changed"
+    event = _late_event(claim)
+    record = InboxRecord.objects.get(source_id=event.id)
+    instance_id = claim.task.source_instance_id
+    added = InstanceEvent.objects.filter(instance_id=instance_id).order_by("-sequence")[:2]
+    worker = ("worker", claim.attempt.worker)
+    assert [
+        (e.kind, e.subject_id, e.step_key, e.before, e.after, e.detail, (e.actor_kind, e.actor_id)) for e in added
+    ] == [
+        ("inbox.created", record.id, "a", "", InboxState.CONSUMED, Disposition.LATE_RECORDED, worker),
+        ("result.created", event.id, "a", "", "", "LATE", worker),
+    ]
 
 
 def _lost_lease(engine, steps=None, queue="payments", input=None):
@@ -132,7 +146,7 @@ def test_a_completion_after_the_lease_was_lost_is_kept_as_late_evidence_and_chan
     before = _rows()
     completion = _complete(engine, claim)
     assert completion.late and completion.task.state == TaskState.NEEDS_REVIEW
-    _assert_only_evidence_added(before, _rows(), added=1)
+    _assert_only_evidence_added(before, _rows(), claim=claim)
     event = _late_event(claim)
     task = Task.objects.get(pk=claim.task.id)
     assert (event.kind, event.outcome, event.result, event.attempt_id) == (
@@ -183,7 +197,7 @@ def test_a_completion_of_a_task_whose_activation_was_superseded_by_retry_step_is
     before = _rows()
     completion = _complete(engine, claim)  # the old worker finally answers, for the old activation
     assert completion.late and completion.task.state == TaskState.FAILED
-    _assert_only_evidence_added(before, _rows(), added=1)
+    _assert_only_evidence_added(before, _rows(), claim=claim)
     assert InboxRecord.objects.get(source_id=_late_event(claim).id).disposition == Disposition.LATE_RECORDED
     new_task = Task.objects.get(retry_of_id=claim.task.id)
     assert new_task.state == TaskState.QUEUED and new_task.source_activation_id == step.current_activation_id
