@@ -110,7 +110,8 @@ def test_the_step_key_filter_keeps_only_that_steps_events(violated, events_of):
 
 
 def test_the_root_step_is_a_step_key_the_filter_accepts(violated, events_of):
-    assert events_of(violated, step_key="$root")["items"] == []
+    (created,) = events_of(violated, step_key="$root", kind="step.created")["items"]
+    assert (created["subject"]["step_key"], created["after"]) == ("$root", "ACTIVE")
 
 
 @pytest.mark.parametrize("order", ["asc", "desc"])
