@@ -255,8 +255,8 @@ def _row_saved(sender, instance, created: bool, raw: bool = False, **_) -> None:
 
 
 def row_created(row) -> None:
-    """The created event of a followed row written without ``save`` (``bulk_create``)."""
-    _row_saved(type(row), row, created=True)
+    """The created event of a followed row written without ``save`` (``bulk_create``), sent as its save would."""
+    post_save.send(sender=type(row), instance=row, created=True, update_fields=None, raw=False, using=row._state.db)
 
 
 def events_follow() -> None:
