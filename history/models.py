@@ -214,7 +214,7 @@ class WorkflowInstance(StateFollowed):
     id = _id_field()
     namespace = _ref("Namespace", db_index=False)
     definition = _ref("WorkflowDefinition")
-    business_key = models.CharField(max_length=256, blank=True, db_index=True)
+    business_key = models.CharField(max_length=256, blank=True)
     state = models.CharField(max_length=16, choices=InstanceState.choices, default=InstanceState.RUNNING)
     paused = models.BooleanField(default=False)
     stop_kind = models.CharField(max_length=8, choices=StopKind.choices, null=True, blank=True)

@@ -46,4 +46,10 @@ class Migration(migrations.Migration):
             model_name='workflowinstance',
             index=models.Index(fields=['namespace', 'state', 'definition', 'review_cause'], name='instance_ns_review_summary'),
         ),
+        # (namespace, business_key, id) serves every business-key read, which are all within a namespace.
+        migrations.AlterField(
+            model_name='workflowinstance',
+            name='business_key',
+            field=models.CharField(blank=True, max_length=256),
+        ),
     ]
