@@ -73,12 +73,10 @@ def _review(
     )
 
 
-def _fail(
-    graph: _Graph, step: Step, activation: Activation, output: str, now: dt.datetime, *, reason: str, cause: ReviewCause
-) -> None:
+def _fail(graph: _Graph, step: Step, activation: Activation, output: str, *, reason: str, cause: ReviewCause) -> None:
     """A failed answer ends the activation with it as output; the step FAILED, the instance in review."""
     activation.output = output
-    activation.completed_at = now
+    activation.completed_at = graph.now
     _review(graph, step, activation, reason=reason, cause=cause, failed=True)
 
 
@@ -249,7 +247,7 @@ def _apply_result(
         )
     elif event.outcome != "SUCCEEDED":
         reason = f"task {task.id} of step {step.key} failed"
-        _fail(graph, step, activation, event.result, now, reason=reason, cause=_task_failed_cause(step, spec))
+        _fail(graph, step, activation, event.result, reason=reason, cause=_task_failed_cause(step, spec))
     elif spec["kind"] == StepKind.TASK:
         disposition = _succeed(graph, step, activation, spec, event.result, now)
     else:
@@ -304,7 +302,7 @@ def _apply_poll_answer(
         )
     elif classification == "FAILED":
         reason = f"poll step {step.key} classified its answer FAILED"
-        _fail(graph, step, activation, event.result, now, reason=reason, cause=ReviewCause.POLL_FAILED)
+        _fail(graph, step, activation, event.result, reason=reason, cause=ReviewCause.POLL_FAILED)
     else:
         next_round = poll_next_round(activation, answered_at=event.created_at)
         if next_round.refusal is not None:
