@@ -554,7 +554,7 @@ def _timeline() -> Iterator[Violation]:
         f"SELECT {n} AS model, u{n}.* FROM ({sql}) u{n}" for n, (_, _, sql) in enumerate(_FOLLOWED)
     )
     query = (
-        f"SELECT x.model, x.id FROM (SELECT * FROM ({union}) u ORDER BY instance_id, id LIMIT {{all}}) x"
+        f"SELECT x.model, x.id FROM (SELECT * FROM ({union}) u ORDER BY instance_id LIMIT {{all}}) x"
         f" WHERE COALESCE(({_LATEST_EVENT}), x.initial) <> x.state"
     )
     suspects: dict[int, list[str]] = defaultdict(list)
