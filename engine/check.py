@@ -371,9 +371,18 @@ def _retry_chain() -> Iterator[Violation]:
 
 
 def _quota() -> Iterator[Violation]:
-    holding = Task.objects.filter(permit_held=True)
-    held_by_app = dict(holding.values("application_id").annotate(n=Count("id")).values_list("application_id", "n"))
-    held_by_queue = dict(holding.values("queue_id").annotate(n=Count("id")).values_list("queue_id", "n"))
+    # One scan counts the tasks per charge and state; the tasks themselves are read only for a bad count.
+    groups = Task.objects.values_list("application_id", "queue_id", "permit_held", "state").annotate(n=Count("id"))
+    held_by_app: dict[str, int] = defaultdict(int)
+    held_by_queue: dict[str, int] = defaultdict(int)
+    terminal_held = live_free = False
+    for application_id, queue_id, permit_held, state, count in groups.order_by():
+        terminal = state in TERMINAL_TASK_STATES
+        if permit_held:
+            held_by_app[application_id] += count
+            held_by_queue[queue_id] += count
+        terminal_held |= permit_held and terminal
+        live_free |= not permit_held and not terminal
     for model, held, label in ((Application, held_by_app, "application"), (Queue, held_by_queue, "queue")):
         for row_id, active in model.objects.values_list("id", "active_tasks").iterator():
             if active != held.get(row_id, 0):
@@ -383,10 +392,10 @@ def _quota() -> Iterator[Violation]:
                     (row_id,),
                 )
     terminal = Task.objects.filter(permit_held=True, state__in=TERMINAL_TASK_STATES)
-    for task_id, state in terminal.values_list("id", "state").iterator():
+    for task_id, state in terminal.values_list("id", "state").iterator() if terminal_held else ():
         yield Violation("terminal_task_holds_permit", f"{state} task still holds a permit", (task_id,))
     live = Task.objects.filter(permit_held=False).exclude(state__in=TERMINAL_TASK_STATES)
-    for task_id in live.values_list("id", flat=True).iterator():
+    for task_id in live.values_list("id", flat=True).iterator() if live_free else ():
         yield Violation("live_task_without_permit", "a task that is not terminal holds no permit", (task_id,))
 
 
@@ -414,35 +423,31 @@ def _attempts() -> Iterator[Violation]:
 
 
 def _revisions_and_gates() -> Iterator[Violation]:
+    # Each child table (as named in _TABLES) and its column naming the instance.
     children = (
-        (Step, "instance_id"),
-        (Activation, "instance_id"),
-        (Task, "source_instance_id"),
-        (Signal, "workflow_id"),
+        ("step", "instance_id"),
+        ("activation", "instance_id"),
+        ("task", "source_instance_id"),
+        ("signal", "workflow_id"),
     )
-    # A child newer than its instance, each child table sorted on its instance first.
-    behind = [
-        f"SELECT c.instance_id FROM (SELECT {field} AS instance_id, revision FROM {{{table}}}"
-        f" ORDER BY {field} LIMIT {{all}}) c LEFT JOIN {{instance}} i ON i.id = c.instance_id"
-        " WHERE i.id IS NULL OR i.revision < c.revision"
-        for table, field in (
-            ("step", "instance_id"),
-            ("activation", "instance_id"),
-            ("task", "source_instance_id"),
-            ("signal", "workflow_id"),
-        )
-    ]
+    # A child newer than its instance: every child table at once, sorted on the instance, so that the
+    # instances are read once.
+    union = " UNION ALL ".join(f"SELECT {field} AS instance_id, revision FROM {{{name}}}" for name, field in children)
+    behind = (
+        f"SELECT c.instance_id FROM (SELECT * FROM ({union}) u ORDER BY instance_id LIMIT {{all}}) c"
+        " LEFT JOIN {instance} i ON i.id = c.instance_id WHERE i.id IS NULL OR i.revision < c.revision"
+    )
     gates = (
         "SELECT i.id FROM {instance} i LEFT JOIN {gate} g ON g.instance_id = i.id WHERE g.instance_id IS NULL"
         " OR i.revision < g.revision"
         f" OR g.`open` <> CASE WHEN i.state = '{InstanceState.RUNNING}' AND i.paused = 0 THEN 1 ELSE 0 END"
     )
-    suspects = _suspects(*behind, gates)
+    suspects = _suspects(behind, gates)
     for batch in _walk(WorkflowInstance.objects.all(), suspects, "id", "revision", "state", "paused"):
         ids = [row[0] for row in batch]
         newest: dict[str, int] = defaultdict(int)
-        for model, field in children:
-            rows = model.objects.filter(**{f"{field}__in": ids}).values(field).annotate(r=Max("revision"))
+        for name, field in children:
+            rows = _TABLES[name].objects.filter(**{f"{field}__in": ids}).values(field).annotate(r=Max("revision"))
             for instance_id, revision in rows.values_list(field, "r"):
                 newest[instance_id] = max(newest[instance_id], revision)
         gates = {

@@ -277,3 +277,10 @@ def test_a_signal_without_its_inbox_record_is_reported(engine):
     signal = Signal.objects.get()
     InboxRecord.objects.filter(signal_id=signal.id).delete()
     assert _violations("signal_without_record") == [(signal.id,)]
+
+
+def test_a_live_task_without_a_permit_is_reported(ran):
+    *_, task_b = _rows(ran)
+    Task.objects.filter(pk=task_b.pk).update(permit_held=False)
+    assert _violations("live_task_without_permit") == [(task_b.id,)]
+    assert "quota_drift" in _codes()
