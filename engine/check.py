@@ -131,10 +131,12 @@ def _ownership() -> Iterator[Violation]:
         # a step whose instance is missing (its (instance_id, key) index is already in instance order)
         "SELECT s.id FROM (SELECT id, instance_id FROM {step} ORDER BY instance_id LIMIT {all}) s"
         " LEFT JOIN {instance} i ON i.id = s.instance_id WHERE i.id IS NULL",
-        # a current activation that is missing or another step's
-        "SELECT s.id FROM (SELECT id, current_activation_id FROM {step} WHERE current_activation_id IS NOT NULL"
-        " ORDER BY current_activation_id LIMIT {all}) s LEFT JOIN {activation} a ON a.id = s.current_activation_id"
-        " WHERE a.id IS NULL OR a.step_id <> s.id",
+        # a current activation that is missing or another step's: looked for among the step's own in the
+        # (step, sequence) index, which the step table's scan meets in its order
+        # (the id is compared in a CASE: as a condition the optimizer would look it up by primary key)
+        "SELECT s.id FROM {step} s WHERE s.current_activation_id IS NOT NULL AND 0 = COALESCE((SELECT"
+        " MAX(CASE WHEN a.id = s.current_activation_id THEN 1 ELSE 0 END)"
+        " FROM {activation} a WHERE a.step_id = s.id), 0)",
     )
     for batch in _walk(Step.objects.all(), steps, "id", "instance_id", "key", "current_activation_id"):
         instances = _by_id(WorkflowInstance, (row[1] for row in batch), "namespace_id")
@@ -313,12 +315,13 @@ def _late_evidence() -> Iterator[Violation]:
 def _current_is_latest() -> Iterator[Violation]:
     latest = Activation.objects.filter(step_id=OuterRef("pk")).values("step_id").annotate(high=Max("sequence"))
     steps = Step.objects.exclude(current_activation_id=None).annotate(latest=Subquery(latest.values("high")))
+    # Both sequences from the (step, sequence) index, in the step table's order; a current activation of
+    # another step has none there, so its step is a suspect too.
     suspects = _suspects(
-        "SELECT x.id FROM (SELECT s.id, a.`sequence` AS current FROM (SELECT id, current_activation_id FROM {step}"
-        " WHERE current_activation_id IS NOT NULL ORDER BY current_activation_id LIMIT {all}) s"
-        " LEFT JOIN {activation} a ON a.id = s.current_activation_id ORDER BY s.id LIMIT {all}) x"
-        " WHERE COALESCE(x.current, -1)"
-        " <> COALESCE((SELECT MAX(b.`sequence`) FROM {activation} b WHERE b.step_id = x.id), -1)"
+        "SELECT s.id FROM {step} s WHERE s.current_activation_id IS NOT NULL AND COALESCE((SELECT"
+        " MAX(CASE WHEN a.id = s.current_activation_id THEN a.`sequence` END)"
+        " FROM {activation} a WHERE a.step_id = s.id), -1)"
+        " <> COALESCE((SELECT MAX(b.`sequence`) FROM {activation} b WHERE b.step_id = s.id), -1)"
     )
     for batch in _walk(steps, suspects, "id", "current_activation__sequence", "latest"):
         for step_id, sequence, high in batch:
