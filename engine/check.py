@@ -1,10 +1,11 @@
 """The invariant checker behind ``weave_check``: broken relations, quota drift, revision order.
 
-Reads only, in time linear in the rows. Ids are random, so a join that follows them in a table's
-own order reads a page of the other table per row once that table outgrows the buffer pool. Each
-check therefore lets SQL find its *suspects* with scans and with joins that meet the other table
-in its key order: a row set sorted on the joined column (a derived table whose ``ORDER BY … LIMIT``
-keeps the order), then lookups by ascending key, each page read once. Suspects are a superset of
+Reads only. Ids are random, so a join that follows them in a table's own order reads a page of
+the other table per row once that table outgrows the buffer pool. Each check therefore lets SQL
+find its *suspects* with scans and with joins that meet the other table in its key order: a row
+set sorted on the joined column (a derived table whose ``ORDER BY … LIMIT`` keeps the order), then
+lookups by ascending key, so that a pass reads each page once and the pages read grow with the
+tables, not with rows times lookups. Suspects are a superset of
 the violating rows, few on a sound history; the exact rule then runs on them alone, in the order
 of the rows it walks, so the findings and their order are those of a plain walk of every row.
 """
