@@ -548,11 +548,47 @@ def seed_instances(tenants, count: int, start: dt.datetime) -> None:
             },
         ),
     ]
+    # The timeline: one created event per followed row, naming the state the row holds.
+    subjects = (
+        ("instance", instance, "''", "SUCCEEDED"),
+        ("step", ident("o"), f"'{ROOT_STEP_KEY}'", "SUCCEEDED"),
+        ("step", step, "'work'", "SUCCEEDED"),
+        ("activation", activation, "'work'", "SUCCEEDED"),
+        ("task", task, "'work'", "SUCCEEDED"),
+        ("attempt", ident("t"), "'work'", "SUCCEEDED"),
+        ("inbox", ident("x"), "'work'", "CONSUMED"),
+    )
+    for sequence, (subject_type, subject, step_key, state) in enumerate(subjects, start=1):
+        event = {
+            "id": ident(f"e{sequence}"),
+            "instance_id": instance,
+            "sequence": str(sequence),
+            "kind": f"'{subject_type}.created'",
+            "subject_type": f"'{subject_type}'",
+            "subject_id": subject,
+            "step_key": step_key,
+            "after": f"'{state}'",
+            "actor_kind": "'engine'",
+            "created_at": when,
+        }
+        tables.append((m.InstanceEvent, event))
     progress = Progress("instances + tasks (rows)", count * len(tables))
     for model, exprs in tables:
         with transaction.atomic():
             insert_select(model, count, exprs)
         progress.add(count)
+
+
+def tenants_ensure() -> list[tuple]:
+    """The four bench namespaces, each with its application, queue and definition."""
+    tenants = []
+    for name in ("bench", "bench-b", "bench-c", "bench-d"):
+        ns, app, queues = namespace_ensure(name=name, application="bench", queues=["bench"])
+        definition, _ = m.WorkflowDefinition.objects.get_or_create(
+            namespace=ns, name="bench", version=1, defaults={"spec": DEFINITION_SPEC, "queues": ["bench"]}
+        )
+        tenants.append((ns, app, queues[0], definition))
+    return tenants
 
 
 SECTIONS = {
@@ -584,13 +620,7 @@ def main() -> None:
         # for this server (needs the SUPER privilege, lasts until the server restarts).
         cursor.execute("SET GLOBAL innodb_buffer_pool_size = 4294967296")
     start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-    tenants = []
-    for name in ("bench", "bench-b", "bench-c", "bench-d"):
-        ns, app, queues = namespace_ensure(name=name, application="bench", queues=["bench"])
-        definition, _ = m.WorkflowDefinition.objects.get_or_create(
-            namespace=ns, name="bench", version=1, defaults={"spec": DEFINITION_SPEC, "queues": ["bench"]}
-        )
-        tenants.append((ns, app, queues[0], definition))
+    tenants = tenants_ensure()
     # A partial run adds to the histories an earlier run recorded.
     summary = json.loads(SUMMARY.read_text()) if SUMMARY.exists() and parts != set(SECTIONS) else {}
     summary |= {"namespace": tenants[0][0].name, "sizes": summary.get("sizes", {})}

@@ -776,5 +776,6 @@ class InstanceEvent(models.Model):
         indexes = [
             models.Index(fields=["instance", "kind", "sequence"], name="event_instance_kind"),
             models.Index(fields=["instance", "step_key", "sequence"], name="event_instance_step"),
-            models.Index(fields=["instance", "subject_id", "sequence"], name="event_instance_subject"),
+            # kind and after ride along so that a row's latest state event is read from the index alone.
+            models.Index(fields=["instance", "subject_id", "sequence", "kind", "after"], name="event_instance_subject"),
         ]

@@ -8,12 +8,16 @@ from history.models import (
     Activation,
     Application,
     Attempt,
+    Gate,
     InboxRecord,
     InstanceEvent,
+    PollRound,
+    Queue,
     ResultEvent,
     Signal,
     Step,
     Task,
+    Wait,
     WorkflowInstance,
 )
 from tests import states
@@ -82,9 +86,12 @@ def test_weave_check_prints_each_violation_with_ids_and_exits_1(ran, capsys):
     )
 
 
-def test_a_wait_winner_not_consumed_by_that_wait_is_reported(engine):
-    signal_step = {"key": "s", "kind": "SIGNAL", "name": "go", "payload_version": "1", "deadline_seconds": 60}
-    instance = engine.start(engine.define([signal_step]))
+SIGNAL_STEP = {"key": "s", "kind": "SIGNAL", "name": "go", "payload_version": "1", "deadline_seconds": 60}
+
+
+def _signalled(engine) -> None:
+    """An instance whose SIGNAL step is waiting, then consumes one accepted signal."""
+    instance = engine.start(engine.define([SIGNAL_STEP]))
     engine.settle()
     signal_accept(
         identity=engine.identity,
@@ -93,6 +100,10 @@ def test_a_wait_winner_not_consumed_by_that_wait_is_reported(engine):
         idempotency_key="s",
     )
     engine.settle()
+
+
+def test_a_wait_winner_not_consumed_by_that_wait_is_reported(engine):
+    _signalled(engine)
     assert invariants_check() == []
     Signal.objects.update(consumed_wait_id=None)
     assert "wait_winner" in _codes()
@@ -161,3 +172,115 @@ def test_a_row_without_events_is_allowed_after_a_reconstructed_prefix(ran):
     assert _violations("event_missing") == [(step.id,)]
     InstanceEvent.objects.filter(instance=ran, sequence=1).update(reconstructed=True)
     assert _violations("event_missing") == []
+
+
+MISSING = "0" * 32
+
+
+def _rows(instance):
+    """The finished step ``a`` of ``ran`` with its activation, task and attempt, and the queued step ``b``'s."""
+    a, b = (Step.objects.get(instance=instance, key=key) for key in ("a", "b"))
+    activation_a, activation_b = (Activation.objects.get(step=step) for step in (a, b))
+    task_a, task_b = (Task.objects.get(source_activation=activation) for activation in (activation_a, activation_b))
+    return a, b, activation_a, activation_b, task_a, task_b
+
+
+def test_a_step_of_a_missing_instance_is_reported(ran):
+    a, *_ = _rows(ran)
+    Step.objects.filter(pk=a.pk).update(instance_id=MISSING)
+    assert _violations("step_orphan") == [(a.id, MISSING)]
+
+
+def test_a_current_activation_of_another_step_or_missing_is_reported(ran):
+    a, b, _, activation_b, _, _ = _rows(ran)
+    Step.objects.filter(pk=a.pk).update(current_activation_id=activation_b.id)
+    Step.objects.filter(pk=b.pk).update(current_activation_id=MISSING)
+    assert sorted(_violations("step_current_activation")) == sorted([(a.id, activation_b.id), (b.id, MISSING)])
+
+
+def test_a_current_activation_that_is_not_the_latest_is_reported(ran):
+    a, _, activation_a, _, _, _ = _rows(ran)
+    later = Activation.objects.get(pk=activation_a.pk)
+    later.pk, later.sequence, later.task_id = MISSING, 2, None
+    Activation.objects.bulk_create([later])
+    assert _violations("step_current_not_latest") == [(a.id,)]
+
+
+def test_an_activation_of_a_step_in_another_instance_is_reported(ran, engine):
+    _, _, activation_a, _, _, _ = _rows(ran)
+    other = engine.start(engine.define([task_step("z")]))
+    Activation.objects.filter(pk=activation_a.pk).update(instance_id=other.id)
+    assert _violations("activation_step") == [(activation_a.id,)]
+
+
+def test_an_activation_naming_a_task_it_did_not_source_is_reported(ran):
+    _, _, activation_a, _, task_a, task_b = _rows(ran)
+    Activation.objects.filter(pk=activation_a.pk).update(task_id=task_b.id)
+    assert _violations("activation_task") == [(activation_a.id, task_b.id)]
+    assert _violations("task_activation") == [(task_a.id, activation_a.id)]
+
+
+def test_a_task_off_its_steps_queue_is_reported(ran):
+    _, _, _, _, task_a, _ = _rows(ran)
+    queue = Queue.objects.create(namespace_id=task_a.namespace_id, name="elsewhere")
+    Task.objects.filter(pk=task_a.pk).update(queue_id=queue.id)
+    assert _violations("task_queue") == [(task_a.id, queue.id)]
+
+
+def test_a_poll_task_without_its_round_or_a_round_of_another_task_is_reported(tenancy):
+    state = states.poll_round_failed_state(tenancy)
+    assert invariants_check() == []
+    poll_round = PollRound.objects.get(task=state.tasks[0])
+    PollRound.objects.filter(pk=poll_round.pk).update(activation_id=MISSING)
+    assert _violations("poll_round_task") == [(state.tasks[0].id,)]
+    assert _violations("task_poll_round") == [(state.tasks[0].id,)]
+
+
+def test_a_wait_off_its_activations_step_and_an_activation_naming_a_foreign_wait_are_reported(engine):
+    engine.start(engine.define([SIGNAL_STEP]))
+    engine.settle()
+    assert invariants_check() == []
+    wait = Wait.objects.get()
+    Wait.objects.filter(pk=wait.pk).update(step_id=MISSING)
+    Activation.objects.filter(pk=wait.activation_id).update(wait_id=MISSING)
+    assert _violations("wait_activation") == [(wait.id,)]
+    assert _violations("activation_wait") == [(wait.activation_id,)]
+
+
+def test_a_retry_of_a_missing_task_is_reported(ran):
+    *_, task_b = _rows(ran)
+    Task.objects.filter(pk=task_b.pk).update(retry_of_id=MISSING)
+    assert _violations("retry_of_missing") == [(MISSING,)]
+
+
+def test_attempt_counts_and_running_attempts_that_disagree_with_the_task_are_reported(ran):
+    _, _, _, _, task_a, task_b = _rows(ran)
+    Task.objects.filter(pk=task_b.pk).update(attempt_count=3)
+    Attempt.objects.filter(task=task_a).update(state="RUNNING")
+    assert _violations("attempt_count") == [(task_b.id,)]
+    assert _violations("attempt_running") == [(task_a.id,)]
+
+
+def test_a_missing_gate_is_reported(ran):
+    Gate.objects.filter(pk=ran.pk).delete()
+    assert _violations("gate_missing") == [(ran.id,)]
+
+
+def test_a_record_of_a_missing_result_event_is_reported(ran):
+    event = ResultEvent.objects.get()
+    ResultEvent.objects.filter(pk=event.pk).delete()
+    assert _violations("record_without_event") == [(event.id,)]
+
+
+def test_a_signal_without_its_inbox_record_is_reported(engine):
+    _signalled(engine)
+    signal = Signal.objects.get()
+    InboxRecord.objects.filter(signal_id=signal.id).delete()
+    assert _violations("signal_without_record") == [(signal.id,)]
+
+
+def test_a_live_task_without_a_permit_is_reported(ran):
+    *_, task_b = _rows(ran)
+    Task.objects.filter(pk=task_b.pk).update(permit_held=False)
+    assert _violations("live_task_without_permit") == [(task_b.id,)]
+    assert "quota_drift" in _codes()
