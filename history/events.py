@@ -14,6 +14,13 @@ writes.
 the instance's row lock (every engine transaction takes it first), so it has no gaps; the unique
 (instance, sequence) index turns a writer without the lock into an error instead of a gap.
 
+Inside ``events_batched`` (every ``atomic_with_retry`` body) the last sequence is read once per
+instance and counted on in memory, and the events wait in the batch: one multi-row insert at the
+end of the body. They are inserted earlier when a statement could observe them or a savepoint
+opens (so a savepoint never holds events of its parent); an event written inside a savepoint of
+the body is inserted at once, and its instance's count is read again afterwards, since that
+savepoint may be rolled back.
+
 Who acted comes from ``acting``: the entry points that act for a client, a worker or an
 operator wrap their transaction in it; everything else is the engine.
 """
@@ -23,6 +30,7 @@ import contextvars
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from django.db import connection
 from django.db.models.signals import post_save
 
 from core.identity import Identity
@@ -183,6 +191,59 @@ def _detail(row, subject: str) -> str:
     return ""
 
 
+class _Batch:
+    """The events of one transaction body not yet inserted, and each instance's last sequence."""
+
+    def __init__(self) -> None:
+        self.savepoints = tuple(connection.savepoint_ids)
+        self.pending: list[models.InstanceEvent] = []
+        self.last: dict[str, int] = {}
+        self.counting = False  # reading an instance's last sequence: none of its events is pending
+
+    def flush(self) -> None:
+        rows, self.pending = self.pending, []
+        if rows:
+            models.InstanceEvent.objects.bulk_create(rows)
+
+    def guard(self, execute, sql, params, many, context):
+        """Pending events go in before any statement that could read them and before a savepoint opens."""
+        if self.pending and not self.counting and (sql.startswith("SAVEPOINT") or _TABLE in sql):
+            self.flush()
+        return execute(sql, params, many, context)
+
+
+_TABLE = models.InstanceEvent._meta.db_table
+_batch: contextvars.ContextVar[_Batch | None] = contextvars.ContextVar("weave_event_batch", default=None)
+
+
+@contextlib.contextmanager
+def events_batched() -> Iterator[None]:
+    """Events written inside (in the open transaction) are inserted together when the block ends without error."""
+    outer = _batch.get()
+    if outer is not None:
+        outer.flush()
+    batch = _Batch()
+    token = _batch.set(batch)
+    try:
+        with connection.execute_wrapper(batch.guard):
+            yield
+            batch.flush()
+    finally:
+        _batch.reset(token)
+        if outer is not None:
+            outer.last.clear()  # the inner block wrote sequences the outer one did not count
+
+
+def _last_sequence(instance_id: str) -> int:
+    last = (
+        models.InstanceEvent.objects.filter(instance_id=instance_id)
+        .order_by("-sequence")
+        .values_list("sequence", flat=True)
+        .first()
+    )
+    return last or 0
+
+
 def event_append(
     *,
     instance_id: str,
@@ -199,16 +260,9 @@ def event_append(
 ) -> models.InstanceEvent:
     """Append one event to the instance's timeline, next in its sequence (the caller holds the instance lock)."""
     actor = _actor.get() or _ENGINE_ACTOR
-    last = (
-        models.InstanceEvent.objects.filter(instance_id=instance_id)
-        .order_by("-sequence")
-        .values_list("sequence", flat=True)
-        .first()
-    )
     fields = {"created_at": created_at} if created_at is not None else {}
-    return models.InstanceEvent.objects.create(
+    event = models.InstanceEvent(
         instance_id=instance_id,
-        sequence=(last or 0) + 1,
         kind=kind,
         subject_type=subject_type,
         subject_id=subject_id,
@@ -222,6 +276,23 @@ def event_append(
         audit_id=audit_id,
         **fields,
     )
+    batch = _batch.get()
+    if batch is not None and tuple(connection.savepoint_ids) == batch.savepoints:
+        if instance_id not in batch.last:
+            batch.counting = True
+            try:
+                batch.last[instance_id] = _last_sequence(instance_id)
+            finally:
+                batch.counting = False
+        batch.last[instance_id] += 1
+        event.sequence = batch.last[instance_id]
+        batch.pending.append(event)
+        return event
+    if batch is not None:
+        batch.last.pop(instance_id, None)  # written inside a savepoint, which may yet be rolled back
+    event.sequence = _last_sequence(instance_id) + 1
+    event.save(force_insert=True)
+    return event
 
 
 def _row_saved(sender, instance, created: bool, raw: bool = False, **_) -> None:
