@@ -14,12 +14,11 @@ writes.
 the instance's row lock (every engine transaction takes it first), so it has no gaps; the unique
 (instance, sequence) index turns a writer without the lock into an error instead of a gap.
 
-Inside ``events_batched`` (every ``atomic_with_retry`` body) the last sequence is read once per
-instance and counted on in memory, and the events wait in the batch: one multi-row insert at the
-end of the body. They are inserted earlier when a statement could observe them or a savepoint
-opens (so a savepoint never holds events of its parent); an event written inside a savepoint of
-the body is inserted at once, and its instance's count is read again afterwards, since that
-savepoint may be rolled back.
+The insert reads the last sequence itself (``INSERT … SELECT``): one statement, no read before it.
+Inside ``events_batched`` (every ``atomic_with_retry`` body) the events wait and go in together,
+one multi-row insert at the end of the body, or earlier when a statement could read them or a
+savepoint opens (so a savepoint never holds events of its parent); an event written inside a
+savepoint of the body is inserted at once.
 
 Who acted comes from ``acting``: the entry points that act for a client, a worker or an
 operator wrap their transaction in it; everything else is the engine.
@@ -191,23 +190,49 @@ def _detail(row, subject: str) -> str:
     return ""
 
 
+def _events_insert(rows: list[models.InstanceEvent]) -> None:
+    """One INSERT … SELECT for ``rows``: each takes its instance's last sequence + its place among them.
+
+    The sequence is read by the insert itself, under the instance lock the caller holds, so what
+    earlier statements of the transaction wrote (or a rolled-back savepoint took away) is counted
+    as it is, with no read of its own.
+    """
+    table = connection.ops.quote_name(_TABLE)
+    columns = [f for f in models.InstanceEvent._meta.concrete_fields if f.attname != "sequence"]
+    names = [connection.ops.quote_name(f.column) for f in columns]
+    place: dict[str, int] = {}
+    params: list = []
+    for row in rows:
+        place[row.instance_id] = place.get(row.instance_id, 0) + 1
+        params += [f.get_db_prep_save(getattr(row, f.attname), connection) for f in columns] + [place[row.instance_id]]
+    first = "SELECT " + ", ".join(f"%s AS {name}" for name in names) + ", %s AS n"
+    values = " UNION ALL ".join([first] + ["SELECT " + ", ".join(["%s"] * (len(names) + 1))] * (len(rows) - 1))
+    instance = connection.ops.quote_name("instance_id")
+    sequence = connection.ops.quote_name("sequence")
+    last = f"(SELECT MAX(e.{sequence}) FROM {table} e WHERE e.{instance} = v.{instance})"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} ({', '.join(names)}, {sequence}) "
+            f"SELECT {', '.join('v.' + name for name in names)}, COALESCE({last}, 0) + v.n FROM ({values}) v",
+            params,
+        )
+
+
 class _Batch:
-    """The events of one transaction body not yet inserted, and each instance's last sequence."""
+    """The events of one transaction body not yet inserted."""
 
     def __init__(self) -> None:
         self.savepoints = tuple(connection.savepoint_ids)
         self.pending: list[models.InstanceEvent] = []
-        self.last: dict[str, int] = {}
-        self.counting = False  # reading an instance's last sequence: none of its events is pending
 
     def flush(self) -> None:
         rows, self.pending = self.pending, []
         if rows:
-            models.InstanceEvent.objects.bulk_create(rows)
+            _events_insert(rows)
 
     def guard(self, execute, sql, params, many, context):
         """Pending events go in before any statement that could read them and before a savepoint opens."""
-        if self.pending and not self.counting and (sql.startswith("SAVEPOINT") or _TABLE in sql):
+        if self.pending and (sql.startswith("SAVEPOINT") or _TABLE in sql):
             self.flush()
         return execute(sql, params, many, context)
 
@@ -230,18 +255,6 @@ def events_batched() -> Iterator[None]:
             batch.flush()
     finally:
         _batch.reset(token)
-        if outer is not None:
-            outer.last.clear()  # the inner block wrote sequences the outer one did not count
-
-
-def _last_sequence(instance_id: str) -> int:
-    last = (
-        models.InstanceEvent.objects.filter(instance_id=instance_id)
-        .order_by("-sequence")
-        .values_list("sequence", flat=True)
-        .first()
-    )
-    return last or 0
 
 
 def event_append(
@@ -257,7 +270,7 @@ def event_append(
     audit_id: str = "",
     operation_id: str = "",
     created_at=None,
-) -> models.InstanceEvent:
+) -> None:
     """Append one event to the instance's timeline, next in its sequence (the caller holds the instance lock)."""
     actor = _actor.get() or _ENGINE_ACTOR
     fields = {"created_at": created_at} if created_at is not None else {}
@@ -277,22 +290,11 @@ def event_append(
         **fields,
     )
     batch = _batch.get()
+    # An event written inside a savepoint of the body goes in at once: the savepoint may be rolled back.
     if batch is not None and tuple(connection.savepoint_ids) == batch.savepoints:
-        if instance_id not in batch.last:
-            batch.counting = True
-            try:
-                batch.last[instance_id] = _last_sequence(instance_id)
-            finally:
-                batch.counting = False
-        batch.last[instance_id] += 1
-        event.sequence = batch.last[instance_id]
         batch.pending.append(event)
-        return event
-    if batch is not None:
-        batch.last.pop(instance_id, None)  # written inside a savepoint, which may yet be rolled back
-    event.sequence = _last_sequence(instance_id) + 1
-    event.save(force_insert=True)
-    return event
+    else:
+        _events_insert([event])
 
 
 def _row_saved(sender, instance, created: bool, raw: bool = False, **_) -> None:
