@@ -102,16 +102,20 @@ def task_claim_batch(*, identity: Identity, queue_name: str, command: Any, limit
     lease = _lease_seconds(command)
     if not is_name(queue_name) or not identity.can_access_queues([queue_name]):
         raise NotFound(f"queue {queue_name} not found", field="queue")
-    queue = Queue.objects.filter(namespace_id=identity.namespace_id, name=queue_name).first()
-    if queue is None:
-        raise NotFound(f"queue {queue_name} not found", field="queue")
-    candidates = list(
-        Task.objects.filter(_claimable(clock.now()), queue_id=queue.id)
+    # The queue is found by its (unique) name in the candidates' query; read on its own only when
+    # there is no candidate, to tell an empty queue from a missing one.
+    rows = list(
+        Task.objects.filter(_claimable(clock.now()), queue__namespace_id=identity.namespace_id, queue__name=queue_name)
         .filter(Exists(Gate.objects.filter(instance_id=OuterRef("source_instance_id"), open=True)))
         .order_by("-priority", "created_at", "id")
-        .values_list("id", "source_instance_id")[: max(CLAIM_CANDIDATES, 2 * limit)]
+        .values_list("id", "source_instance_id", "queue_id")[: max(CLAIM_CANDIDATES, 2 * limit)]
     )
-    claim = functools.partial(_claim_many, queue_id=queue.id, worker=worker, lease=lease)
+    if not rows:
+        if not Queue.objects.filter(namespace_id=identity.namespace_id, name=queue_name).exists():
+            raise NotFound(f"queue {queue_name} not found", field="queue")
+        return []
+    candidates = [(task_id, instance_id) for task_id, instance_id, _ in rows]
+    claim = functools.partial(_claim_many, queue_id=rows[0][2], worker=worker, lease=lease)
     claims: list[Claim] = []
     busy: list[tuple[str, str]] = []
     with acting(WORKER, worker):
