@@ -88,9 +88,10 @@ class StateFollowed(models.Model):
         if fields is None or "state" in fields:
             self.state_at_load = self.__dict__.get("state")
         as_read = self.__dict__.get("_as_read")
-        for name in (fields or as_read) if as_read is not None else ():
-            if name in as_read:
-                as_read[name] = _kept(self.__dict__.get(name))
+        # A deferred column read later arrives here too: from then on it is known as read.
+        for name in (fields or list(as_read)) if as_read is not None else ():
+            if name in self.__dict__:
+                as_read[name] = _kept(self.__dict__[name])
 
 
 class Namespace(models.Model):

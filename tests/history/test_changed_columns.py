@@ -35,3 +35,13 @@ def test_a_column_changed_elsewhere_since_the_read_is_left_as_it_is(tenancy):
     row.save()
     stored = WorkflowInstance.objects.get(pk=row.pk)
     assert (stored.business_key, stored.revision) == ("set-elsewhere", row.revision)
+
+
+@pytest.mark.django_db
+def test_a_column_deferred_at_the_read_and_changed_after_it_was_loaded_is_saved(tenancy):
+    created = WorkflowInstanceFactory(namespace=tenancy[0])
+    row = WorkflowInstance.objects.only("id", "state").get(pk=created.pk)
+    assert row.business_key == created.business_key  # loaded now
+    row.business_key = "changed-after-load"
+    row.save()
+    assert WorkflowInstance.objects.get(pk=row.pk).business_key == "changed-after-load"
