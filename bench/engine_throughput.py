@@ -1,24 +1,28 @@
-"""Engine throughput: tasks per second through claim → complete → inbox → advance, by process count.
+"""Engine throughput beside its floor, in one run: tasks/s, statements, round trips and commits per task, and
+the step-to-step latency, by process count.
 
-    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench_ops python bench/engine_throughput.py \
-        [--instances 60] [--steps 2] [--workers 1,2,4] [--runners 1,2] [--rounds 2]
+    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench_throughput python bench/engine_throughput.py \
+        [--instances 100] [--steps 2] [--cells 1+1,4+1,4+2] [--batch 1] [--rounds 1] [--interval 0.05]
 
-Creates the database if it is missing and migrates it. Each cell (workers × runners) gets a
-namespace of its own with one queue and a definition of --steps TASK steps in a chain (handler
-``demo.echo``), and --instances instances started through ``instance_start`` before the clock
-starts. Then ``weave_runner`` and ``weave_worker`` (``--concurrency 1``) run as separate
-processes, forked from this one (the management commands through ``call_command``, so no
-process pays Django's start-up inside the timing), and the cell is timed from the fork until
-every instance is SUCCEEDED. Both commands poll every --interval seconds when idle (defaults
-are 1 and 0.5 s; a shorter one keeps the tail of a small run from being idle time). Every cell
-runs --rounds times, in whole rounds over the grid; the table shows the fastest (the least
-disturbed on a shared machine) and each round's seconds.
+Creates the database if it is missing and migrates it. Each cell (workers + runners) gets a
+namespace of its own with one queue and a chain of --steps TASK steps (handler ``demo.echo``),
+and --instances instances started through ``instance_start`` before the clock starts. Then
+``weave_runner`` and ``weave_worker --batch N`` run as separate processes, forked from this one
+(the management commands through ``call_command``, so no process pays Django's start-up inside
+the timing); the cell is timed from the fork until every instance is SUCCEEDED. Idle runners
+poll every --interval seconds; idle workers back off from 10 ms up to it. Every cell runs
+--rounds times; the table shows the fastest round.
 
-The runners run every instance of the database, so it must hold only engine-made ones: the
-synthetic NEEDS_REVIEW states of bench/recovery_ops.py are not (their definitions skip
-validation); run this first or on a database of its own. The quota of each cell's application
-and queue is raised so that permits never throttle the measurement. Ends with
-``manage.py weave_check`` over the whole database.
+Beside each cell, the same cell of ``bench/engine_floor.py`` (raw SQL, the same durability, on
+its own database ``weave_bench_floor``), per-item and set-based. Statements, round trips and
+commits are counted at the client in every runner and worker process (bench/wire.py), idle polls
+included, and divided by the tasks run. Step-to-step latency: from a task's attempt finishing
+to the next task of its instance being created (claimable), over every pair of the cell.
+
+The runners run every instance of the database, so it must hold only engine-made ones: run it
+on a database of its own. The quota of each cell's application and queue is raised so that
+permits never throttle the measurement. Ends with ``manage.py weave_check`` over the whole
+database. Prints the server's buffer pool size; changes no server setting.
 """
 
 import argparse
@@ -37,14 +41,17 @@ django.setup()
 
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
+from django.db.backends.signals import connection_created  # noqa: E402
 
 from bench.database import database_ready  # noqa: E402
+from bench.engine_floor import Run, floor_prepare, floor_run  # noqa: E402
+from bench.wire import HEADER, Wire, wire_collect, wire_count  # noqa: E402
 from core.identity import Identity  # noqa: E402
 from core.ids import new_id  # noqa: E402
 from engine.definitions import definition_create  # noqa: E402
 from engine.instances import instance_start  # noqa: E402
 from engine.runner import runner_settle  # noqa: E402
-from history.models import InstanceState, Scope, WorkflowInstance  # noqa: E402
+from history.models import Attempt, InstanceState, Scope, Task, WorkflowInstance  # noqa: E402
 from history.tenancy import namespace_ensure  # noqa: E402
 
 QUEUE = "throughput"
@@ -83,22 +90,45 @@ def cell_prepare(*, steps: int, instances: int) -> str:
     return namespace.name
 
 
-def command_process(name: str, **options) -> multiprocessing.Process:
-    """``manage.py <name>`` in a forked process; it stops on SIGTERM like the real one."""
+def command_process(results, name: str, **options) -> multiprocessing.Process:
+    """``manage.py <name>`` in a forked process, its wire counted; it stops on SIGTERM like the real one."""
 
     def run() -> None:
+        wire = Wire()
+        connection_created.connect(lambda connection, **_: wire_count(connection.connection, wire), weak=False)
         with open(os.devnull, "w") as quiet:
             call_command(name, stdout=quiet, **options)
+        results.put(wire)
 
     return multiprocessing.get_context("fork").Process(target=run, daemon=True)
 
 
-def cell_run(*, namespace: str, workers: int, runners: int, interval: float, timeout: float) -> float:
-    """Seconds from starting the processes until every instance of ``namespace`` is SUCCEEDED."""
+def _latencies(namespace: str) -> list[float]:
+    """Milliseconds from each task's attempt finishing to the creation of its instance's next task."""
+    finished = dict(Attempt.objects.filter(task__namespace__name=namespace).values_list("task_id", "finished_at"))
+    chains: dict[str, list[tuple]] = {}
+    for task_id, instance_id, created_at in (
+        Task.objects.filter(namespace__name=namespace)
+        .order_by("created_at")
+        .values_list("id", "source_instance_id", "created_at")
+    ):
+        chains.setdefault(instance_id, []).append((task_id, created_at))
+    return [
+        (after[1] - finished[before[0]]).total_seconds() * 1000
+        for chain in chains.values()
+        for before, after in zip(chain, chain[1:], strict=False)
+        if finished.get(before[0])
+    ]
+
+
+def cell_run(*, namespace: str, workers: int, runners: int, batch: int, interval: float, timeout: float) -> Run:
+    """Run the cell's instances to SUCCEEDED with ``workers`` + ``runners`` processes."""
     mine = WorkflowInstance.objects.filter(namespace__name=namespace)
     total = mine.count()
-    processes = [command_process("weave_runner", interval=interval) for _ in range(runners)] + [
-        command_process("weave_worker", queue=QUEUE, namespace=namespace, interval=interval) for _ in range(workers)
+    results = multiprocessing.get_context("fork").Queue()
+    processes = [command_process(results, "weave_runner", interval=interval) for _ in range(runners)] + [
+        command_process(results, "weave_worker", queue=QUEUE, namespace=namespace, interval=interval, batch=batch)
+        for _ in range(workers)
     ]
     connection.close()  # the children open their own connections
     started = time.perf_counter()
@@ -110,26 +140,31 @@ def cell_run(*, namespace: str, workers: int, runners: int, interval: float, tim
             dead = [p for p in processes if not p.is_alive()]
             if stuck or dead or time.perf_counter() - started > timeout:
                 raise SystemExit(f"{namespace}: {stuck} instance(s) failed, {len(dead)} process(es) died, or timeout")
-            time.sleep(0.05)
-        return time.perf_counter() - started
+            time.sleep(0.02)
+        seconds = time.perf_counter() - started
     finally:
         for process in processes:
             process.terminate()
-        for process in processes:
-            process.join(timeout=30)
+    wire = wire_collect(results, processes)
+    tasks = Task.objects.filter(namespace__name=namespace).count()
+    return Run(seconds=seconds, tasks=tasks, wire=wire, latencies_ms=_latencies(namespace))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--instances", type=int, default=60, help="instances per cell")
-    parser.add_argument("--steps", type=int, default=2, choices=(1, 2), help="TASK steps per instance")
-    parser.add_argument("--workers", default="1,2,4", help="worker process counts (comma-separated)")
-    parser.add_argument("--runners", default="1,2", help="runner process counts (comma-separated)")
-    parser.add_argument("--interval", type=float, default=0.1, help="idle poll seconds of runners and workers")
-    parser.add_argument("--rounds", type=int, default=2, help="times each cell runs; the fastest counts")
+    parser.add_argument("--instances", type=int, default=100, help="instances per cell")
+    parser.add_argument("--steps", type=int, default=2, help="TASK steps per instance")
+    parser.add_argument("--cells", default="1+1,4+1,4+2", help="workers+runners, comma-separated")
+    parser.add_argument("--batch", type=int, default=1, help="tasks a worker claims per transaction (both engines)")
+    parser.add_argument("--interval", type=float, default=0.05, help="idle poll seconds of runners and workers")
+    parser.add_argument("--rounds", type=int, default=1, help="times each cell runs; the fastest counts")
     parser.add_argument("--timeout", type=float, default=300, help="seconds a cell may take")
     args = parser.parse_args()
     database_ready()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT @@innodb_buffer_pool_size, @@innodb_flush_log_at_trx_commit, VERSION()")
+        pool, flush, version = cursor.fetchone()
+    print(f"MariaDB {version}, innodb_buffer_pool_size {pool / 2**20:.0f} MiB, flush_log_at_trx_commit {flush}")
     # Whatever an earlier run left due is settled first, so each cell times only its own instances.
     try:
         runner_settle()
@@ -137,22 +172,39 @@ def main() -> None:
         raise SystemExit(
             f"the runner cannot run this database's instances ({exc!r}): use a database of its own"
         ) from exc
-    cells = [(int(w), int(r)) for r in args.runners.split(",") for w in args.workers.split(",")]
-    timings: dict[tuple[int, int], list[float]] = {cell: [] for cell in cells}
-    # Whole rounds over every cell, so a burst of load from elsewhere hits one round of each, not one cell.
-    for round_number in range(1, args.rounds + 1):
-        for workers, runners in cells:
+    rows = []
+    for cell in args.cells.split(","):
+        workers, runners = (int(n) for n in cell.split("+"))
+        best: dict[str, Run] = {}
+        # Rounds alternate the engines, so a burst of load from elsewhere hits one round of each.
+        for round_number in range(1, args.rounds + 1):
             namespace = cell_prepare(steps=args.steps, instances=args.instances)
-            seconds = cell_run(
-                namespace=namespace, workers=workers, runners=runners, interval=args.interval, timeout=args.timeout
-            )
-            timings[workers, runners].append(seconds)
-            print(f"round {round_number}: {workers} workers, {runners} runners: {seconds:.2f} s", file=sys.stderr)
-    tasks = args.instances * args.steps
-    print(f"{'workers':>7} {'runners':>7} {'tasks':>6} {'seconds':>8} {'tasks/s':>8}  each round (s)")
-    for (workers, runners), seconds in timings.items():
-        rounds = " ".join(f"{s:.2f}" for s in seconds)
-        print(f"{workers:>7} {runners:>7} {tasks:>6} {min(seconds):>8.2f} {tasks / min(seconds):>8.1f}  {rounds}")
+            runs = {
+                "weave": cell_run(
+                    namespace=namespace,
+                    workers=workers,
+                    runners=runners,
+                    batch=args.batch,
+                    interval=args.interval,
+                    timeout=args.timeout,
+                )
+            }
+            for variant, set_based in (("floor per-item", False), ("floor set-based", True)):
+                floor_prepare(instances=args.instances, steps=args.steps)
+                runs[variant] = floor_run(workers=workers, runners=runners, set_based=set_based, batch=args.batch)
+            for engine, run in runs.items():
+                if engine not in best or run.seconds < best[engine].seconds:
+                    best[engine] = run
+                print(f"round {round_number}: {cell} {engine}: {run.seconds:.2f} s", file=sys.stderr)
+        rows += [f"{engine:<18} {cell:>5} {run.row()}" for engine, run in best.items()]
+        ratio = (best["weave"].tasks / best["weave"].seconds) / (
+            best["floor per-item"].tasks / best["floor per-item"].seconds
+        )
+        rows.append(f"{'':<18} {cell:>5} weave / floor per-item: {ratio:.2f}x")
+    print(f"claim batch {args.batch}, {args.instances} instances x {args.steps} steps per cell; per task:")
+    print(f"{'engine':<18} {'cell':>5} {HEADER}")
+    for row in rows:
+        print(row)
     call_command("weave_check")
 
 

@@ -383,12 +383,16 @@ def inbox_head_id(*, instance_id: str) -> str | None:
     return _pending(instance_id).values_list("id", flat=True).first()
 
 
-def instances_with_pending_records(*, limit: int = 100) -> list[str]:
-    """Instances that have PENDING inbox records, oldest record first; not those whose inbox is set aside."""
+def instances_with_pending_records(*, limit: int = 100) -> dict[str, int]:
+    """Instances that have PENDING inbox records, oldest record first, with how many of their records the scan
+    saw; not those whose inbox is set aside."""
     rows = (
         InboxRecord.objects.filter(state=InboxState.PENDING)
         .exclude(instance_id__in=open_instance_ids("inbox"))
         .order_by("created_at", "id")
         .values_list("instance_id", flat=True)[: limit * 4]
     )
-    return list(dict.fromkeys(rows))[:limit]
+    seen: dict[str, int] = {}
+    for instance_id in rows:
+        seen[instance_id] = seen.get(instance_id, 0) + 1
+    return dict(list(seen.items())[:limit])

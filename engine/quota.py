@@ -38,7 +38,11 @@ def quota_lock(*, locks: LockSet, definition: WorkflowDefinition) -> Quota:
 def quota_lock_for_task(*, locks: LockSet, task: Task) -> Quota:
     """Lock the application and queue a task is charged to (its permit's slots)."""
     application = locks.lock_one(Level.APPLICATION, task.application_id)
-    queue_name = Queue.objects.filter(pk=task.queue_id).values_list("name", flat=True).first()
+    # A task read with ``tasks_with_queue_name`` carries its queue's name; a stale one cannot pass,
+    # since releasing a permit checks the locked queue is the task's own.
+    queue_name = getattr(task, "queue_name", None)
+    if queue_name is None:
+        queue_name = Queue.objects.filter(pk=task.queue_id).values_list("name", flat=True).first()
     queues = locks.lock_queues(task.namespace_id, [queue_name]) if queue_name else {}
     if application is None or not queues:
         raise Unavailable(f"task {task.id} references a missing application or queue")

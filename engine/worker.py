@@ -8,6 +8,7 @@ exactly one outcome: a normal completion or late evidence, never both.
 """
 
 import datetime as dt
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,15 @@ def _claimable(now: dt.datetime) -> Q:
     )
 
 
+def _is_claimable(task: Task, now: dt.datetime) -> bool:
+    """``_claimable`` of a row already read (and locked)."""
+    return (
+        task.state == TaskState.QUEUED
+        and (task.deadline_at is None or task.deadline_at > now)
+        and (task.latest_start_at is None or task.latest_start_at > now)
+    )
+
+
 def task_claim(*, identity: Identity, queue_name: str, command: Any) -> Claim | None:
     """Lease the highest-priority QUEUED task of the queue whose gate is open and whose deadlines are ahead.
 
@@ -75,72 +85,83 @@ def task_claim(*, identity: Identity, queue_name: str, command: Any) -> Claim | 
     locks, then each is re-checked under instance → gate → task locks; an instance another
     transaction holds is first skipped (SKIP LOCKED) and only waited for if nothing else was claimable.
     """
+    claims = task_claim_batch(identity=identity, queue_name=queue_name, command=command, limit=1)
+    return claims[0] if claims else None
+
+
+def task_claim_batch(*, identity: Identity, queue_name: str, command: Any, limit: int) -> list[Claim]:
+    """``task_claim`` of up to ``limit`` tasks, ``limit`` candidates per transaction, highest priority first.
+
+    Each transaction locks its candidates' instances (SKIP LOCKED), then their gates, then the
+    tasks, each level in key order. Candidates whose instance was busy are waited for one at a
+    time only when nothing else was claimable.
+    """
     identity.require_scope(Scope.TASKS_WORK)
     command = command_object(command, allowed=("worker", "lease_seconds"))
     worker = _worker_name(command)
     lease = _lease_seconds(command)
     if not is_name(queue_name) or not identity.can_access_queues([queue_name]):
         raise NotFound(f"queue {queue_name} not found", field="queue")
-    queue = Queue.objects.filter(namespace_id=identity.namespace_id, name=queue_name).first()
-    if queue is None:
-        raise NotFound(f"queue {queue_name} not found", field="queue")
-    now = clock.now()
-    candidates = list(
-        Task.objects.filter(_claimable(now), queue_id=queue.id)
+    # The queue is found by its (unique) name in the candidates' query; read on its own only when
+    # there is no candidate, to tell an empty queue from a missing one.
+    rows = list(
+        Task.objects.filter(_claimable(clock.now()), queue__namespace_id=identity.namespace_id, queue__name=queue_name)
         .filter(Exists(Gate.objects.filter(instance_id=OuterRef("source_instance_id"), open=True)))
         .order_by("-priority", "created_at", "id")
-        .values_list("id", "source_instance_id")[:CLAIM_CANDIDATES]
+        .values_list("id", "source_instance_id", "queue_id")[: max(CLAIM_CANDIDATES, 2 * limit)]
     )
+    if not rows:
+        if not Queue.objects.filter(namespace_id=identity.namespace_id, name=queue_name).exists():
+            raise NotFound(f"queue {queue_name} not found", field="queue")
+        return []
+    candidates = [(task_id, instance_id) for task_id, instance_id, _ in rows]
+    claim = functools.partial(_claim_many, queue_id=rows[0][2], worker=worker, lease=lease)
+    claims: list[Claim] = []
+    busy: list[tuple[str, str]] = []
     with acting(WORKER, worker):
-        busy = []
-        for task_id, instance_id in candidates:
-            claim = atomic_with_retry(lambda t=task_id, i=instance_id: _claim_one(t, i, queue.id, worker, lease, True))
-            if isinstance(claim, Claim):
-                return claim
-            if claim is _BUSY:
-                busy.append((task_id, instance_id))
+        while candidates and len(claims) < limit:
+            chunk, candidates = candidates[: limit - len(claims)], candidates[limit - len(claims) :]
+            got, skipped = atomic_with_retry(lambda c=chunk: claim(c, skip_locked=True))
+            claims += got
+            busy += skipped
         # Every candidate whose instance was busy is tried once more, waiting for its lock this
         # time, so "nothing claimable" never just means "another worker was holding it".
-        for task_id, instance_id in busy:
-            claim = atomic_with_retry(lambda t=task_id, i=instance_id: _claim_one(t, i, queue.id, worker, lease, False))
-            if isinstance(claim, Claim):
-                return claim
-    return None
+        for candidate in busy if not claims else ():
+            claims, _ = atomic_with_retry(lambda c=candidate: claim([c], skip_locked=False))
+            if claims:
+                break
+    return claims
 
 
-_BUSY = object()
-
-
-def _claim_one(
-    task_id: str, instance_id: str, queue_id: str, worker: str, lease: int, skip_locked: bool
-) -> Claim | object | None:
+def _claim_many(
+    candidates: list[tuple[str, str]], *, queue_id: str, worker: str, lease: int, skip_locked: bool
+) -> tuple[list[Claim], list[tuple[str, str]]]:
+    """(claims, candidates whose instance another transaction held) for (task id, instance id) candidates."""
     locks = LockSet()
-    instance = locks.lock_one(Level.INSTANCE, instance_id, skip_locked=skip_locked)
-    if instance is None:
-        return _BUSY
-    gate = locks.lock_one(Level.GATE, instance_id)
-    task = locks.lock_one(Level.TASK, task_id)
+    instances = locks.lock(Level.INSTANCE, [i for _, i in candidates], skip_locked=skip_locked)
+    held = [(t, i) for t, i in candidates if i in instances]
+    gates = locks.lock(Level.GATE, [i for _, i in held])
+    tasks = locks.lock(Level.TASK, [t for t, _ in held])
     now = clock.now()
-    if (
-        gate is None
-        or not gate.open
-        or task is None
-        or task.queue_id != queue_id
-        or not Task.objects.filter(_claimable(now), pk=task_id).exists()
-    ):
-        return None
-    task.attempt_count += 1
-    attempt = Attempt.objects.create(
-        task=task,
-        number=task.attempt_count,
-        worker=worker,
-        lease_expires_at=now + dt.timedelta(seconds=lease),
-        started_at=now,
-    )
-    task.state = TaskState.LEASED
-    touch(task, now)
-    touch(instance, now)
-    return Claim(task=task, attempt=attempt)
+    claims = []
+    for task_id, instance_id in held:
+        gate, task = gates.get(instance_id), tasks.get(task_id)
+        if gate is None or not gate.open or task is None or task.queue_id != queue_id or not _is_claimable(task, now):
+            continue
+        task.attempt_count += 1
+        attempt = Attempt.objects.create(
+            task=task,
+            number=task.attempt_count,
+            worker=worker,
+            lease_expires_at=now + dt.timedelta(seconds=lease),
+            started_at=now,
+        )
+        task.state = TaskState.LEASED
+        touch(task, now)
+        claims.append(Claim(task=task, attempt=attempt))
+    for instance_id in dict.fromkeys(claim.task.source_instance_id for claim in claims):
+        touch(instances[instance_id], now)
+    return claims, [(t, i) for t, i in candidates if i not in instances]
 
 
 def _owned_task(identity: Identity, task_id: str) -> Task:

@@ -14,6 +14,12 @@ writes.
 the instance's row lock (every engine transaction takes it first), so it has no gaps; the unique
 (instance, sequence) index turns a writer without the lock into an error instead of a gap.
 
+The insert reads the last sequence itself (``INSERT … SELECT``): one statement, no read before it.
+Inside ``events_batched`` (every ``atomic_with_retry`` body) the events wait and go in together,
+one multi-row insert at the end of the body, or earlier when a statement could read them or a
+savepoint opens (so a savepoint never holds events of its parent); an event written inside a
+savepoint of the body is inserted at once.
+
 Who acted comes from ``acting``: the entry points that act for a client, a worker or an
 operator wrap their transaction in it; everything else is the engine.
 """
@@ -23,6 +29,7 @@ import contextvars
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from django.db import connection
 from django.db.models.signals import post_save
 
 from core.identity import Identity
@@ -183,6 +190,73 @@ def _detail(row, subject: str) -> str:
     return ""
 
 
+def _events_insert(rows: list[models.InstanceEvent]) -> None:
+    """One INSERT … SELECT for ``rows``: each takes its instance's last sequence + its place among them.
+
+    The sequence is read by the insert itself, under the instance lock the caller holds, so what
+    earlier statements of the transaction wrote (or a rolled-back savepoint took away) is counted
+    as it is, with no read of its own.
+    """
+    table = connection.ops.quote_name(_TABLE)
+    columns = [f for f in models.InstanceEvent._meta.concrete_fields if f.attname != "sequence"]
+    names = [connection.ops.quote_name(f.column) for f in columns]
+    place: dict[str, int] = {}
+    params: list = []
+    for row in rows:
+        place[row.instance_id] = place.get(row.instance_id, 0) + 1
+        params += [f.get_db_prep_save(getattr(row, f.attname), connection) for f in columns] + [place[row.instance_id]]
+    first = "SELECT " + ", ".join(f"%s AS {name}" for name in names) + ", %s AS n"
+    values = " UNION ALL ".join([first] + ["SELECT " + ", ".join(["%s"] * (len(names) + 1))] * (len(rows) - 1))
+    instance = connection.ops.quote_name("instance_id")
+    sequence = connection.ops.quote_name("sequence")
+    last = f"(SELECT MAX(e.{sequence}) FROM {table} e WHERE e.{instance} = v.{instance})"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} ({', '.join(names)}, {sequence}) "
+            f"SELECT {', '.join('v.' + name for name in names)}, COALESCE({last}, 0) + v.n FROM ({values}) v",
+            params,
+        )
+
+
+class _Batch:
+    """The events of one transaction body not yet inserted."""
+
+    def __init__(self) -> None:
+        self.savepoints = tuple(connection.savepoint_ids)
+        self.pending: list[models.InstanceEvent] = []
+
+    def flush(self) -> None:
+        rows, self.pending = self.pending, []
+        if rows:
+            _events_insert(rows)
+
+    def guard(self, execute, sql, params, many, context):
+        """Pending events go in before any statement that could read them and before a savepoint opens."""
+        if self.pending and (sql.startswith("SAVEPOINT") or _TABLE in sql):
+            self.flush()
+        return execute(sql, params, many, context)
+
+
+_TABLE = models.InstanceEvent._meta.db_table
+_batch: contextvars.ContextVar[_Batch | None] = contextvars.ContextVar("weave_event_batch", default=None)
+
+
+@contextlib.contextmanager
+def events_batched() -> Iterator[None]:
+    """Events written inside (in the open transaction) are inserted together when the block ends without error."""
+    outer = _batch.get()
+    if outer is not None:
+        outer.flush()
+    batch = _Batch()
+    token = _batch.set(batch)
+    try:
+        with connection.execute_wrapper(batch.guard):
+            yield
+            batch.flush()
+    finally:
+        _batch.reset(token)
+
+
 def event_append(
     *,
     instance_id: str,
@@ -196,19 +270,12 @@ def event_append(
     audit_id: str = "",
     operation_id: str = "",
     created_at=None,
-) -> models.InstanceEvent:
+) -> None:
     """Append one event to the instance's timeline, next in its sequence (the caller holds the instance lock)."""
     actor = _actor.get() or _ENGINE_ACTOR
-    last = (
-        models.InstanceEvent.objects.filter(instance_id=instance_id)
-        .order_by("-sequence")
-        .values_list("sequence", flat=True)
-        .first()
-    )
     fields = {"created_at": created_at} if created_at is not None else {}
-    return models.InstanceEvent.objects.create(
+    event = models.InstanceEvent(
         instance_id=instance_id,
-        sequence=(last or 0) + 1,
         kind=kind,
         subject_type=subject_type,
         subject_id=subject_id,
@@ -222,6 +289,12 @@ def event_append(
         audit_id=audit_id,
         **fields,
     )
+    batch = _batch.get()
+    # An event written inside a savepoint of the body goes in at once: the savepoint may be rolled back.
+    if batch is not None and tuple(connection.savepoint_ids) == batch.savepoints:
+        batch.pending.append(event)
+    else:
+        _events_insert([event])
 
 
 def _row_saved(sender, instance, created: bool, raw: bool = False, **_) -> None:

@@ -18,6 +18,7 @@ from django.db import OperationalError, connection, transaction
 from django.db.models import Model
 
 from history import models
+from history.events import events_batched
 
 logger = logging.getLogger("weave.locking")
 T = TypeVar("T")
@@ -138,7 +139,7 @@ def atomic_with_retry(fn: Callable[[], T], *, attempts: int = 5) -> T:
     """Run ``fn`` in one transaction, retrying a deadlock or lock timeout a bounded number of times."""
     for attempt in range(1, attempts + 1):
         try:
-            with transaction.atomic():
+            with transaction.atomic(), events_batched():
                 return fn()
         except OperationalError as exc:
             if attempt == attempts or not _is_retryable(exc) or connection.in_atomic_block:

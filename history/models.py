@@ -8,6 +8,8 @@ Rules that hold for every table here:
   (``core.exactjson``); NULL means absent, the text ``null`` an explicit null.
 """
 
+import copy
+
 from django.conf import settings
 from django.db import models
 
@@ -43,25 +45,53 @@ class Revision(models.PositiveBigIntegerField):
         super().__init__(*args, **kwargs)
 
 
+def _kept(value):
+    """A value as read, safe from later changes in place (JSON documents are copied)."""
+    return copy.deepcopy(value) if isinstance(value, dict | list) else value
+
+
 class StateFollowed(models.Model):
     """A row whose ``state`` the timeline follows: it remembers the state it was read with, so the
-    writer of ``history.events`` can record before → after when it is saved."""
+    writer of ``history.events`` can record before → after when it is saved.
+
+    It also remembers every column it was read with, so a plain ``save()`` of a row read from the
+    database writes only the columns that changed since (nothing at all when none did).
+    """
 
     state_at_load: str | None = None
 
     class Meta:
         abstract = True
 
+    def save(self, *args, update_fields=None, **kwargs):
+        as_read = self.__dict__.get("_as_read")
+        if update_fields is None and as_read is not None and not self._state.adding and not args and not kwargs:
+            pk = self._meta.pk.attname
+            update_fields = [n for n, v in as_read.items() if n != pk and n in self.__dict__ and self.__dict__[n] != v]
+            if not update_fields:
+                return
+        super().save(*args, update_fields=update_fields, **kwargs)
+        if as_read is not None:
+            for name in update_fields or as_read:
+                if name in as_read:
+                    as_read[name] = _kept(self.__dict__.get(name))
+
     @classmethod
     def from_db(cls, db, field_names, values):
         row = super().from_db(db, field_names, values)
         row.state_at_load = row.__dict__.get("state")
+        row._as_read = {name: _kept(value) for name, value in zip(field_names, values, strict=True)}
         return row
 
     def refresh_from_db(self, using=None, fields=None, from_queryset=None):
         super().refresh_from_db(using=using, fields=fields, from_queryset=from_queryset)
         if fields is None or "state" in fields:
             self.state_at_load = self.__dict__.get("state")
+        as_read = self.__dict__.get("_as_read")
+        # A deferred column read later arrives here too: from then on it is known as read.
+        for name in (fields or list(as_read)) if as_read is not None else ():
+            if name in self.__dict__:
+                as_read[name] = _kept(self.__dict__[name])
 
 
 class Namespace(models.Model):

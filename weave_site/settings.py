@@ -165,6 +165,7 @@ def database_from_url(url: str) -> dict:
     config = dj_database_url.parse(url, conn_max_age=0)
     engine = config["ENGINE"]
     if engine == "django.db.backends.mysql":
+        config["ENGINE"] = "weave_site.mysql"  # atomic blocks open with START TRANSACTION
         config["OPTIONS"] = {
             "charset": "utf8mb4",
             # Rows are locked explicitly (SELECT ... FOR UPDATE); READ COMMITTED makes

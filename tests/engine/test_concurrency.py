@@ -14,7 +14,7 @@ from engine.handlers import claim_execute
 from engine.instances import instance_cancel
 from engine.runner import pass_lease_expiry, runner_pass, runner_settle
 from engine.signals import signal_accept
-from engine.worker import task_complete
+from engine.worker import task_claim_batch, task_complete
 from history.locking import Level, LockSet
 from history.models import (
     Attempt,
@@ -220,6 +220,44 @@ def test_concurrent_workers_never_claim_one_task_twice(engine):
     assert len(claimed) == 12 and len(set(claimed)) == 12
     assert set(Task.objects.values_list("state", "attempt_count")) == {(TaskState.LEASED, 1)}
     assert Attempt.objects.count() == 12
+
+
+def _batch_race(engine, *, keys: str, instances: int, limit: int, workers: int) -> tuple[list[str], list[int]]:
+    """``workers`` threads claiming ``limit`` tasks per transaction until none is left: (task ids, batch sizes)."""
+    definition = engine.define([task_step(key) for key in keys])
+    for _ in range(instances):
+        engine.start(definition)
+    runner_settle()
+    claimed, batches, lock = [], [], threading.Lock()
+    command = {"worker": "batch", "lease_seconds": 30}
+
+    def worker():
+        while claims := task_claim_batch(identity=engine.identity, queue_name="payments", command=command, limit=limit):
+            with lock:
+                batches.append(len(claims))
+                claimed.extend(claim.task.id for claim in claims)
+
+    _threads(*[worker] * workers)
+    return claimed, batches
+
+
+def test_concurrent_batch_claims_never_claim_one_task_twice(engine):
+    claimed, batches = _batch_race(engine, keys="abcde", instances=6, limit=4, workers=3)
+    assert len(claimed) == 30 and len(set(claimed)) == 30
+    assert max(batches) == 4 and min(batches) >= 1
+    assert set(Task.objects.values_list("state", "attempt_count")) == {(TaskState.LEASED, 1)}
+    assert Attempt.objects.count() == 30
+    assert invariants_check() == []
+
+
+def test_batch_claims_take_only_the_tasks_the_quota_let_exist(engine):
+    engine.queues["payments"].max_active_tasks = 5
+    engine.queues["payments"].save(update_fields=["max_active_tasks"])
+    claimed, _ = _batch_race(engine, keys="abcd", instances=3, limit=10, workers=2)
+    assert len(claimed) == 5 and len(set(claimed)) == 5
+    engine.queues["payments"].refresh_from_db()
+    assert Task.objects.count() == 5 and engine.queues["payments"].active_tasks == 5
+    assert invariants_check() == []
 
 
 def test_concurrent_transitions_of_one_instance_keep_its_event_sequence_gap_free(engine):

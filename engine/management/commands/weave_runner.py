@@ -2,7 +2,6 @@ import signal
 import threading
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection
 
 from engine.background import Outage
 from engine.runner import runner_pass
@@ -35,8 +34,7 @@ class Command(BaseCommand):
                     continue
                 self._report(counts, always=verbose)
                 if not any(counts.values()):
-                    connection.close()
-                    stopping.wait(options["interval"])
+                    stopping.wait(options["interval"])  # the connection stays open for the next pass
         except KeyboardInterrupt:
             pass
 

@@ -10,9 +10,12 @@ from core.identity import Identity
 from engine.background import Outage
 from engine.handlers import HANDLERS, claim_execute
 from engine.incidents import Item, isolated
-from engine.worker import task_claim
+from engine.worker import Claim, task_claim_batch
 from history.models import Namespace, Queue, Scope
 from history.tenancy import actor_id_for
+
+MAX_BATCH = 100
+FIRST_IDLE_SECONDS = 0.01
 
 
 class Command(BaseCommand):
@@ -23,8 +26,11 @@ class Command(BaseCommand):
         parser.add_argument("--queue", required=True)
         parser.add_argument("--concurrency", type=int, default=1)
         parser.add_argument("--lease", type=int, default=30, help="lease seconds per attempt (default 30)")
-        parser.add_argument("--interval", type=float, default=0.5, help="seconds between empty claims")
-        parser.add_argument("--once", action="store_true", help="claim and run at most --concurrency tasks, then exit")
+        parser.add_argument(
+            "--interval", type=float, default=0.5, help="longest sleep after empty claims (doubling up to it)"
+        )
+        parser.add_argument("--batch", type=int, default=1, help="tasks claimed per transaction, run one after another")
+        parser.add_argument("--once", action="store_true", help="one claim per thread (up to --batch tasks), then exit")
         parser.add_argument("--name", default="", help="worker name recorded on attempts")
 
     def handle(self, *args, **options):
@@ -39,6 +45,8 @@ class Command(BaseCommand):
         namespace = Namespace.objects.get(pk=namespace_ids[0])
         if not 1 <= options["concurrency"] <= 64:
             raise CommandError("--concurrency: 1 to 64")
+        if not 1 <= options["batch"] <= MAX_BATCH:
+            raise CommandError(f"--batch: 1 to {MAX_BATCH}")
         identity = Identity(
             namespace_id=namespace.id,
             actor_id=actor_id_for(namespace.name, "weave_worker"),
@@ -51,20 +59,12 @@ class Command(BaseCommand):
         command = {"worker": name[:128], "lease_seconds": options["lease"]}
 
         def run_one() -> bool:
-            claim = task_claim(identity=identity, queue_name=options["queue"], command=command)
-            if claim is None:
-                return False
-            self.stdout.write(f"task {claim.task.id} attempt {claim.attempt.number}: {claim.task.handler}")
-            # A handler's exception is already a FAILED completion; anything else on this task (its
-            # completion refused, its stored input unreadable) is set aside and the worker goes on.
-            item = Item("worker", "task", claim.task.id, claim.task.source_instance_id)
-            completion = isolated(
-                item, lambda: claim_execute(identity=identity, claim=claim, lease_seconds=options["lease"])
+            claims = task_claim_batch(
+                identity=identity, queue_name=options["queue"], command=command, limit=options["batch"]
             )
-            if completion is not None and completion.late:
-                # The lease was lost: the result is kept as late evidence; this work is no longer wanted.
-                self.stdout.write(f"task {claim.task.id} attempt {claim.attempt.number}: late, kept as evidence")
-            return True
+            for claim in claims:
+                self._run(identity, claim, options["lease"])
+            return bool(claims)
 
         if options["once"]:
             if options["concurrency"] == 1:
@@ -76,11 +76,15 @@ class Command(BaseCommand):
 
         def loop() -> None:
             outage = Outage(name, stopping)
+            idle = FIRST_IDLE_SECONDS
             try:
                 while not stopping.is_set():
                     if outage.run(run_one) is False:
-                        connection.close()
-                        stopping.wait(options["interval"])
+                        # An empty queue is asked again soon, then less and less often; the connection stays open.
+                        stopping.wait(min(idle, options["interval"]))
+                        idle *= 2
+                    else:
+                        idle = FIRST_IDLE_SECONDS
             finally:
                 connection.close()
 
@@ -92,6 +96,16 @@ class Command(BaseCommand):
                 time.sleep(0.2)
         except KeyboardInterrupt:
             stopping.set()
+
+    def _run(self, identity: Identity, claim: Claim, lease: int) -> None:
+        self.stdout.write(f"task {claim.task.id} attempt {claim.attempt.number}: {claim.task.handler}")
+        # A handler's exception is already a FAILED completion; anything else on this task (its
+        # completion refused, its stored input unreadable) is set aside and the worker goes on.
+        item = Item("worker", "task", claim.task.id, claim.task.source_instance_id)
+        completion = isolated(item, lambda: claim_execute(identity=identity, claim=claim, lease_seconds=lease))
+        if completion is not None and completion.late:
+            # The lease was lost: the result is kept as late evidence; this work is no longer wanted.
+            self.stdout.write(f"task {claim.task.id} attempt {claim.attempt.number}: late, kept as evidence")
 
     @staticmethod
     def _in_thread(run) -> bool:

@@ -1,0 +1,77 @@
+"""What one task costs the database on its path, counted exactly: claim → complete → inbox → advance.
+
+    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench_path python bench/task_path.py [--instances 50]
+
+One process, one connection, nothing running beside it, so the count has no idle polls and no
+races: --instances chains of two ``demo.echo`` TASK steps are started and their first tasks
+created (not counted); then each task is claimed, completed, its result consumed by the inbox
+pass and the instance advanced by the continuations pass (its next task created, or the instance
+finished), one task after another. Statements, round trips and commits are counted at the client
+(bench/wire.py) and shown per task, by phase. The floor of bench/engine_floor.py spends 3 commits
+a task on the same path (claim, complete, consume-and-advance).
+"""
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "weave_site.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.db import connection  # noqa: E402
+
+from bench.database import database_ready  # noqa: E402
+from bench.engine_throughput import QUEUE, cell_prepare  # noqa: E402
+from bench.wire import Wire, wire_count  # noqa: E402
+from core.identity import Identity  # noqa: E402
+from engine import runner  # noqa: E402
+from engine.worker import task_claim, task_complete  # noqa: E402
+from history.models import InstanceState, Namespace, Scope, WorkflowInstance  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--instances", type=int, default=50)
+    args = parser.parse_args()
+    database_ready()
+    runner.runner_settle()
+    namespace = Namespace.objects.get(name=cell_prepare(steps=2, instances=args.instances))
+    runner.runner_settle()
+    worker = Identity(
+        namespace_id=namespace.id, actor_id="w" * 32, scopes=frozenset({Scope.TASKS_WORK}), queues=frozenset({QUEUE})
+    )
+    connection.ensure_connection()
+    wire = Wire()
+    wire_count(connection.connection, wire)
+    phases = {name: Wire() for name in ("claim", "complete", "inbox", "advance")}
+
+    def counted(name, run):
+        before = Wire(**vars(wire))
+        result = run()
+        phases[name] = phases[name] + (wire - before)
+        return result
+
+    tasks = 0
+    while claim := counted("claim", lambda: task_claim(identity=worker, queue_name=QUEUE, command={"worker": "path"})):
+        command = {"attempt_id": claim.attempt.id, "outcome": "SUCCEEDED", "result": {"ok": True}}
+        counted("complete", lambda c=command, t=claim.task.id: task_complete(identity=worker, task_id=t, command=c))
+        counted("inbox", runner.pass_inbox)
+        counted("advance", runner.pass_continuations)
+        tasks += 1
+    finished = WorkflowInstance.objects.filter(namespace=namespace, state=InstanceState.SUCCEEDED).count()
+    if finished != args.instances or tasks != 2 * args.instances:
+        raise SystemExit(f"{finished} of {args.instances} instances finished after {tasks} tasks")
+    print(f"{tasks} tasks, per task:")
+    print(f"{'phase':<10} {'statements':>10} {'round trips':>11} {'commits':>8}")
+    for name, counts in (*phases.items(), ("total", sum(phases.values(), Wire()))):
+        statements, trips, commits = counts.per(tasks)
+        print(f"{name:<10} {statements:>10.1f} {trips:>11.1f} {commits:>8.2f}")
+
+
+if __name__ == "__main__":
+    main()
