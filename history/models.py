@@ -313,6 +313,11 @@ class Step(StateFollowed):
     resolution = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=clock.now)
     updated_at = models.DateTimeField(default=clock.now)
+    # Counters kept by each transition that creates an activation, so a check reads the history's size
+    # instead of counting it; weave_check compares them with the rows (step_counter_drift).
+    activation_count = models.PositiveIntegerField(default=0)
+    # TASK steps: the attempts the tasks of the activations before the current one ran (0 otherwise).
+    attempts_before = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["instance", "key"], name="step_instance_key")]
@@ -378,7 +383,11 @@ class Activation(StateFollowed):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["step", "sequence"], name="activation_step_sequence")]
-        indexes = [models.Index(fields=["state", "next_round_at"], name="activation_state_next_round")]
+        indexes = [
+            models.Index(fields=["state", "next_round_at"], name="activation_state_next_round"),
+            # A step's activations of another instance are an empty range of this index when healthy.
+            models.Index(fields=["step", "instance"], name="activation_step_instance"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.step_id}#{self.sequence}"
