@@ -161,3 +161,13 @@ def test_a_row_without_events_is_allowed_after_a_reconstructed_prefix(ran):
     assert _violations("event_missing") == [(step.id,)]
     InstanceEvent.objects.filter(instance=ran, sequence=1).update(reconstructed=True)
     assert _violations("event_missing") == []
+
+
+def test_a_step_counter_behind_its_rows_is_reported(ran):
+    Step.objects.filter(key="a").update(activation_count=F("activation_count") + 1)
+    assert "step_counter_drift" in _codes()
+
+
+def test_attempts_before_that_disagree_with_the_earlier_tasks_are_reported(ran):
+    Step.objects.filter(key="a").update(attempts_before=3)
+    assert "step_counter_drift" in _codes()
