@@ -119,10 +119,10 @@ def main() -> None:
     Operator.objects.update_or_create(
         user=user, defaults={"namespace": tenancy[0], "actor_id": "e" * 32, "queue_access": "*"}
     )
-    client = Client()
-    client.force_login(user)
     # A request empties the query log when it starts: keep it, so the page's queries are counted too.
     request_started.disconnect(reset_queries)
+    client = Client()
+    client.force_login(user)
 
     def retry_check(state):
         state = state.fresh()

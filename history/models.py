@@ -425,7 +425,7 @@ class Task(StateFollowed):
     retry_of = models.OneToOneField(
         "self", on_delete=models.DO_NOTHING, db_constraint=False, null=True, blank=True, related_name="+"
     )
-    source_instance = _ref("WorkflowInstance")
+    source_instance = _ref("WorkflowInstance", db_index=False)
     source_activation = _ref("Activation", db_index=False)
     source_round = models.PositiveIntegerField(null=True, blank=True)
     outcome = models.CharField(max_length=16, blank=True)
@@ -443,6 +443,8 @@ class Task(StateFollowed):
         indexes = [
             models.Index(fields=["queue", "state", "priority", "created_at"], name="task_queue_state_priority"),
             models.Index(fields=["source_activation", "created_at"], name="task_source_activation"),
+            # An instance's tasks in one state (those in review) without reading the rest of its history.
+            models.Index(fields=["source_instance", "state"], name="task_source_instance_state"),
             models.Index(fields=["namespace", "state", "updated_at"], name="task_ns_state_updated"),
             models.Index(fields=["namespace", "created_at"], name="task_ns_created"),
         ]
