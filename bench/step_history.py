@@ -126,7 +126,6 @@ def main() -> None:
     client.force_login(user)
 
     def retry_check(state):
-        state = state.fresh()
         return lambda: operation_preview(
             identity=identity, operation="retry-step", instance_id=state.instance.id, command=rq.retry(state)
         )
