@@ -188,9 +188,13 @@ def step_activate(*, locks: LockSet, quota: Quota, instance: WorkflowInstance, s
     SIGNAL / TIMER: a WAITING activation with its wait.
     """
     now = clock.now()
-    sequence = Activation.objects.filter(step=step).count() + 1
     activation = Activation(
-        step=step, instance=instance, sequence=sequence, input=instance.input, created_at=now, updated_at=now
+        step=step,
+        instance=instance,
+        sequence=step.activation_count + 1,
+        input=instance.input,
+        created_at=now,
+        updated_at=now,
     )
     kind = spec["kind"]
     if kind == StepKind.TASK:
@@ -247,6 +251,7 @@ def step_activate(*, locks: LockSet, quota: Quota, instance: WorkflowInstance, s
         step.state = StepState.WAITING
     activation.save()
     step.current_activation = activation
+    step.activation_count = activation.sequence
     touch(step, now)
     return True
 
@@ -300,7 +305,7 @@ def wait_supersede(
     )
     touch(wait, now, state=WaitState.SUPERSEDED)
     touch(activation, now, state=ActivationState.SUPERSEDED)
-    touch(step, now, state=StepState.WAITING, current_activation=following)
+    touch(step, now, state=StepState.WAITING, current_activation=following, activation_count=following.sequence)
     return following, new_wait
 
 
@@ -369,5 +374,8 @@ def activation_retry(
     activation.save()
     if current.state not in _ENDS_KEPT:
         touch(current, now, state=ActivationState.SUPERSEDED)
-    touch(step, now, state=StepState.ACTIVE, current_activation=activation)
+    counters = {"activation_count": activation.sequence}
+    if step.kind == StepKind.TASK:
+        counters["attempts_before"] = step.attempts_before + previous.attempt_count
+    touch(step, now, state=StepState.ACTIVE, current_activation=activation, **counters)
     return activation, task

@@ -9,8 +9,7 @@ re-run while attempts are left and it ran fewer activations than its budget has 
 
 from dataclasses import dataclass
 
-from django.db.models import Exists, F, OuterRef, QuerySet, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import Exists, F, OuterRef, QuerySet
 
 from history.models import Activation, Step, StepKind, Task
 
@@ -59,9 +58,8 @@ class Budget:
         return None
 
 
-def task_step_budget(*, step: Step, spec: dict) -> Budget:
-    """A TASK step's chain as the rows count it: every task of the step shares the definition's budget,
-    with the attempts they ran and the activations the step took (RetryStep verifies the chain first)."""
-    used = Task.objects.filter(source_activation__step_id=step.id).aggregate(n=Coalesce(Sum("attempt_count"), 0))["n"]
-    activations = Activation.objects.filter(step_id=step.id).count()
-    return Budget(total=attempt_budget(spec=spec, activation=None), used=used, activations=activations)
+def task_step_budget(*, step: Step, spec: dict, task: Task) -> Budget:
+    """A TASK step's chain as its counters count it: every task of the step shares the definition's budget;
+    the attempts are those of the earlier activations' tasks and of ``task``, the current activation's."""
+    used = step.attempts_before + task.attempt_count
+    return Budget(total=attempt_budget(spec=spec, activation=None), used=used, activations=step.activation_count)

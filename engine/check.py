@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from django.db import connection
-from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Case, Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, Subquery, Sum, When
+from django.db.models.functions import Coalesce
 
 from history.models import (
     TERMINAL_TASK_STATES,
@@ -593,6 +594,26 @@ def _timeline_findings(model, batch: list[tuple]) -> Iterator[Violation]:
             yield Violation("event_state_mismatch", message, (row_id,))
 
 
+def _step_counters() -> Iterator[Violation]:
+    """Each step's counters against its rows: one grouped join for the activations and one correlated sum
+    per step for the attempts of its earlier activations' tasks (TASK steps; 0 for the others)."""
+    counted = Step.objects.annotate(rows=Count("activations")).filter(~Q(activation_count=F("rows")))
+    for step_id, counter, rows in counted.values_list("id", "activation_count", "rows").iterator():
+        yield Violation("step_counter_drift", f"activation_count {counter}, {rows} activations", (step_id,))
+    earlier = (
+        Task.objects.filter(source_activation__step_id=OuterRef("pk"))
+        .exclude(source_activation_id=OuterRef("current_activation_id"))
+        .values("source_activation__step_id")
+        .annotate(n=Sum("attempt_count"))
+        .values("n")
+    )
+    expected = Case(When(kind=StepKind.TASK, then=Coalesce(Subquery(earlier), 0)), default=0)
+    drifted = Step.objects.annotate(expected=expected).filter(~Q(attempts_before=F("expected")))
+    for step_id, counter, attempts in drifted.values_list("id", "attempts_before", "expected").iterator():
+        message = f"attempts_before {counter}, the earlier activations' tasks ran {attempts}"
+        yield Violation("step_counter_drift", message, (step_id,))
+
+
 CHECKS = (
     _ownership,
     _sequences,
@@ -606,6 +627,7 @@ CHECKS = (
     _review_causes,
     _inbox,
     _timeline,
+    _step_counters,
 )
 
 

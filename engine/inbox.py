@@ -80,12 +80,12 @@ def _fail(graph: _Graph, step: Step, activation: Activation, output: str, *, rea
     _review(graph, step, activation, reason=reason, cause=cause, failed=True)
 
 
-def _task_failed_cause(step: Step, spec: dict) -> ReviewCause:
+def _task_failed_cause(step: Step, spec: dict, task: Task) -> ReviewCause:
     """Why a failed task puts its step in review: a POLL query failed; a TASK step's chain may still be re-run
     by RetryStep's budget rule, or its budget is spent."""
     if spec["kind"] == StepKind.POLL:
         return ReviewCause.POLL_REQUEST_FAILED
-    if task_step_budget(step=step, spec=spec).refusal() is None:
+    if task_step_budget(step=step, spec=spec, task=task).refusal() is None:
         return ReviewCause.TASK_FAILED_BUDGET_LEFT
     return ReviewCause.TASK_BUDGET_EXHAUSTED
 
@@ -247,7 +247,7 @@ def _apply_result(
         )
     elif event.outcome != "SUCCEEDED":
         reason = f"task {task.id} of step {step.key} failed"
-        _fail(graph, step, activation, event.result, reason=reason, cause=_task_failed_cause(step, spec))
+        _fail(graph, step, activation, event.result, reason=reason, cause=_task_failed_cause(step, spec, task))
     elif spec["kind"] == StepKind.TASK:
         disposition = _succeed(graph, step, activation, spec, event.result, now)
     else:

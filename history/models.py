@@ -343,6 +343,11 @@ class Step(StateFollowed):
     resolution = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=clock.now)
     updated_at = models.DateTimeField(default=clock.now)
+    # Counters kept by each transition that creates an activation, so a check reads the history's size
+    # instead of counting it; weave_check compares them with the rows (step_counter_drift).
+    activation_count = models.PositiveIntegerField(default=0)
+    # TASK steps: the attempts the tasks of the activations before the current one ran (0 otherwise).
+    attempts_before = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["instance", "key"], name="step_instance_key")]
@@ -408,7 +413,11 @@ class Activation(StateFollowed):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["step", "sequence"], name="activation_step_sequence")]
-        indexes = [models.Index(fields=["state", "next_round_at"], name="activation_state_next_round")]
+        indexes = [
+            models.Index(fields=["state", "next_round_at"], name="activation_state_next_round"),
+            # A step's activations of another instance are an empty range of this index when healthy.
+            models.Index(fields=["step", "instance"], name="activation_step_instance"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.step_id}#{self.sequence}"
@@ -446,7 +455,7 @@ class Task(StateFollowed):
     retry_of = models.OneToOneField(
         "self", on_delete=models.DO_NOTHING, db_constraint=False, null=True, blank=True, related_name="+"
     )
-    source_instance = _ref("WorkflowInstance")
+    source_instance = _ref("WorkflowInstance", db_index=False)
     source_activation = _ref("Activation", db_index=False)
     source_round = models.PositiveIntegerField(null=True, blank=True)
     outcome = models.CharField(max_length=16, blank=True)
@@ -464,6 +473,8 @@ class Task(StateFollowed):
         indexes = [
             models.Index(fields=["queue", "state", "priority", "created_at"], name="task_queue_state_priority"),
             models.Index(fields=["source_activation", "created_at"], name="task_source_activation"),
+            # An instance's tasks in one state (those in review) without reading the rest of its history.
+            models.Index(fields=["source_instance", "state"], name="task_source_instance_state"),
             models.Index(fields=["namespace", "state", "updated_at"], name="task_ns_state_updated"),
             models.Index(fields=["namespace", "created_at"], name="task_ns_created"),
         ]

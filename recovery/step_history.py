@@ -1,14 +1,19 @@
 """A step's history, verified to belong to it both ways, and the rules read from it.
 
-Every activation, wait, poll round, task and attempt of the step is checked with aggregate
-queries; any broken relation is corruption (UNAVAILABLE), never guessed around.
+A step whose counters agree with its activation index (no activation of another instance, sequences
+1..activation_count, the current one the last) is counted: its frontier rows (first and current
+activation, the current wait, the tasks they name) are verified here, and the rows behind them, which
+no transition changes once superseded and settled, are verified against the counters by weave_check.
+Any disagreement makes the check verify every activation, wait, poll round, task and attempt of the
+step with aggregate queries instead; any broken relation is corruption (UNAVAILABLE), never guessed
+around.
 """
 
 from dataclasses import dataclass
 from functools import cached_property
 
 from django.db import connection
-from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, Sum
+from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce, Collate
 
 from core.errors import Aborted, FailedPrecondition, Unavailable
@@ -49,21 +54,28 @@ def exact(name: str) -> Collate | F:
 class StepHistory:
     """A step whose whole history is verified to belong to it, with the rows the operations work on.
 
-    The history itself (every activation, wait, poll round, task and attempt) is verified with
-    aggregate queries and stays in the database: ``activations``, ``rounds`` and ``tasks`` are
-    querysets over it. ``current``, ``first`` and ``wait`` are loaded (locked when committing).
+    The history itself (every activation, wait, poll round, task and attempt) stays in the database:
+    ``activations``, ``rounds`` and ``tasks`` are querysets over it. ``current``, ``first`` and ``wait``
+    are loaded (locked when committing). ``counts`` is None for a counted history until ``counts_verify``.
     """
 
     step: Step
     spec: dict
     activation_count: int
-    task_count: int  # tasks sourced by an activation of the step
-    task_sources: int  # activations that source a task
-    attempt_count: int  # the sum of the tasks' attempt counts
-    retryable_count: int  # tasks FAILED or CANCELLED
     current: Activation | None
     first: Activation | None
     wait: Wait | None  # the current activation's wait
+    counts: dict | None  # the aggregates of ``_task_counts``, once every task was verified
+
+    @property
+    def counted(self) -> bool:
+        return self.counts is None
+
+    def counts_verify(self, ctx: Context) -> dict:
+        """Every task of the step verified both ways (UNAVAILABLE when one is not), with their aggregates."""
+        if self.counts is None:
+            self.counts = _verify_tasks(ctx, self.step, self.spec)
+        return self.counts
 
     @property
     def activations(self) -> QuerySet[Activation]:
@@ -79,10 +91,15 @@ class StepHistory:
 
     @cached_property
     def unsettled(self) -> str | None:
-        """Why some historical task is not known settled (the first by id), or None."""
+        """Why some historical task is not known settled (the first by id), or None. A settled task never
+        becomes unsettled and no transition starts a task before the step's others settled, so in a counted
+        history only the tasks its current activation names can be unsettled."""
+        tasks = self.tasks
+        if self.counted:
+            tasks = Task.objects.filter(pk__in=_frontier_tasks(self.current))
         running = Exists(Attempt.objects.filter(task_id=OuterRef("pk"), state=AttemptState.RUNNING))
         task = (
-            self.tasks.annotate(running=running)
+            tasks.annotate(running=running)
             .filter(~Q(state__in=TERMINAL_TASK_STATES) | Q(permit_held=True) | Q(running=True))
             .order_by("pk")
             .only("pk", "state", "permit_held")
@@ -112,11 +129,33 @@ def step_history(ctx: Context, step: Step) -> StepHistory:
     return known
 
 
-def _step_history_load(ctx: Context, step: Step) -> StepHistory:
-    spec = ctx.step_spec(step)
-    instance = ctx.instance
-    activations = Activation.objects.filter(step_id=step.id)
-    span = activations.aggregate(
+def _frontier_tasks(*activations: Activation | None) -> set[str]:
+    """The tasks these activations name (TASK: their task; POLL: the last round's)."""
+    return {i for a in activations if a is not None for i in (a.task_id, a.last_task_id) if i is not None}
+
+
+def _index_probe(step: Step, instance: WorkflowInstance) -> dict:
+    """The step's lowest activation sequence and its id, the highest, its current activation's sequence, and
+    whether an activation of the step is of another instance: seeks on the activation indexes, whatever the
+    length of the history."""
+    activations = Activation.objects.filter(step_id=OuterRef("pk"))
+    lowest = activations.order_by("sequence")
+    return (
+        Step.objects.filter(pk=step.id)
+        .values(
+            low=Subquery(lowest.values("sequence")[:1]),
+            first_id=Subquery(lowest.values("id")[:1]),
+            high=Subquery(activations.order_by("-sequence").values("sequence")[:1]),
+            current=Subquery(activations.filter(pk=OuterRef("current_activation_id")).values("sequence")),
+            foreign=Exists(activations.filter(Q(instance_id__lt=instance.id) | Q(instance_id__gt=instance.id))),
+        )
+        .get()
+    )
+
+
+def _sequences_verify(step: Step, instance: WorkflowInstance) -> int:
+    """The number of the step's activations, all of its instance and numbered 1..n (else UNAVAILABLE)."""
+    span = Activation.objects.filter(step_id=step.id).aggregate(
         n=Count("id"),
         low=Min("sequence"),
         high=Max("sequence"),
@@ -128,31 +167,62 @@ def _step_history_load(ctx: Context, step: Step) -> StepHistory:
         raise Unavailable(f"an activation of step {step.key!r} belongs to another instance")
     if n and (span["low"], span["high"], span["distinct"]) != (1, n, n):
         raise Unavailable(f"the activation sequence of step {step.key!r} has a gap")
-    ids = activations.filter(Q(sequence=1) | Q(pk=step.current_activation_id)).values_list("id", flat=True)
+    return n
+
+
+def _frontier_sound(ctx: Context, step: Step, spec: dict, *activations: Activation | None) -> bool:
+    """The tasks these activations name are owned by the step both ways and placed as its spec says."""
+    frontier = _frontier_tasks(*activations)
+    if not frontier:
+        return True
+    on_queue, of_namespace = _placed(ctx.instance, spec)
+    owned = tasks_owned_by_step(instance=ctx.instance, step=step)
+    return Task.objects.filter(owned & on_queue & of_namespace, pk__in=frontier).count() == len(frontier)
+
+
+def _step_history_load(ctx: Context, step: Step) -> StepHistory:
+    spec = ctx.step_spec(step)
+    instance = ctx.instance
+    n = step.activation_count
+    probe = _index_probe(step, instance)
+    if probe["foreign"]:
+        raise Unavailable(f"an activation of step {step.key!r} belongs to another instance")
+    counted = (probe["low"], probe["high"], probe["current"]) == ((1, n, n) if n else (None, None, None))
+    if not counted:
+        n = _sequences_verify(step, instance)
+    ids = [probe["first_id"] if probe["low"] == 1 else None]
+    ids.append(step.current_activation_id if probe["current"] is not None else None)
     loaded = ctx.rows(Level.ACTIVATION, ids)
     current = loaded.get(step.current_activation_id)
     if step.current_activation_id is not None and current is None:
         raise Unavailable(f"step {step.key!r} points at an activation that is not its own")
+    first = next((a for a in loaded.values() if a.sequence == 1), None)
     wait = None
     if step.kind != StepKind.TASK:
-        _verify_waits(ctx, step)
         wait_id = current.wait_id if current else None
         wait = ctx.rows(Level.WAIT, [wait_id]).get(wait_id)
-    rounds = PollRound.objects.filter(activation__step_id=step.id)
-    if step.kind == StepKind.POLL and rounds.exclude(instance_id=instance.id).exists():
-        raise Unavailable(f"a poll round of step {step.key!r} belongs to another instance")
-    tasks = _verify_tasks(ctx, step, spec)
+        # A counted step's earlier waits are superseded with their activations; the current one is checked.
+        named_back = wait is not None and (wait.activation_id, wait.step_id, wait.instance_id) == (
+            current.id,
+            step.id,
+            instance.id,
+        )
+        counted = counted and (wait_id is None or named_back)
+        if not counted:
+            _verify_waits(ctx, step)
+    counted = counted and _frontier_sound(ctx, step, spec, first, current)
+    if not counted:
+        rounds = PollRound.objects.filter(activation__step_id=step.id)
+        if step.kind == StepKind.POLL and rounds.exclude(instance_id=instance.id).exists():
+            raise Unavailable(f"a poll round of step {step.key!r} belongs to another instance")
     return StepHistory(
         step=step,
         spec=spec,
         activation_count=n,
-        task_count=tasks["n"],
-        task_sources=tasks["sources"],
-        attempt_count=tasks["attempts"],
-        retryable_count=tasks["retryable"],
         current=current,
-        first=next((a for a in loaded.values() if a.sequence == 1), None),
+        first=first,
         wait=wait,
+        counts=None if counted else _verify_tasks(ctx, step, spec),
     )
 
 

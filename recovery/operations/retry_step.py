@@ -131,25 +131,50 @@ def _handler_check(history: StepHistory, first: Task) -> None:
         raise Unavailable(f"task {first.id} does not run the step's fixed handler")
 
 
+def _counted_chain(history: StepHistory, chain: Chain) -> bool:
+    """A counted TASK step's chain from its ends: its last link checked as ``_link_problem`` checks every
+    link (against the previous activation's task) and the attempts from the step's counter. False when
+    anything disagrees: the caller then checks every link."""
+    n, previous, first = history.activation_count, chain.previous, chain.original
+    before = history.tasks.filter(source_activation__sequence=n - 1).first() if n > 1 else None
+    rows = Attempt.objects.filter(task_id=previous.id).count()
+    if (n > 1 and before is None) or _link_problem(previous, rows, before, first, chain.budget):
+        return False
+    # Each retry got what its chain left, so the attempts before it are what its max_attempts lacks.
+    if history.step.attempts_before != chain.budget - previous.max_attempts:
+        return False
+    _handler_check(history, first)
+    # A retry is only created for a chain whose tasks all FAILED or were CANCELLED: only the last may differ.
+    chain.answered = None if previous.state in RETRYABLE_TASK_STATES else previous
+    chain.attempts_used = history.step.attempts_before + previous.attempt_count
+    chain.activations = n
+    return True
+
+
 def _task_chain(ctx: Context, history: StepHistory) -> Chain:
     """A TASK step's chain is every task of the step in activation order, checked in SQL, never loaded."""
     step, tasks = history.step, history.tasks
     chain = Chain(business_round=None, budget=attempt_budget(spec=history.spec, activation=history.current))
     n = history.activation_count
-    if not history.task_count == history.task_sources == n:
-        raise Unavailable(f"the activations and tasks of step {step.key!r} do not pair up")
     ends = dict(history.activations.filter(sequence__in=[1, n]).values_list("sequence", "task_id"))
     loaded = ctx.rows(Level.TASK, ends.values())
+    if history.counted and ends.get(1) in loaded and ends.get(n) in loaded:
+        chain.original, chain.previous = loaded[ends[1]], loaded[ends[n]]
+        if _counted_chain(history, chain):
+            return chain
+    counts = history.counts_verify(ctx)
+    if not counts["n"] == counts["sources"] == n:
+        raise Unavailable(f"the activations and tasks of step {step.key!r} do not pair up")
     chain.original, chain.previous = loaded[ends[1]], loaded[ends[n]]
     bad = _broken_links(tasks, step, chain).first()
     if bad is not None:
         previous = tasks.filter(source_activation__sequence=bad.sequence - 1).first()
         raise Unavailable(_link_problem(bad, bad.rows, previous, chain.original, chain.budget))
     _handler_check(history, chain.original)
-    if history.retryable_count != history.task_count:
+    if counts["retryable"] != counts["n"]:
         answered = tasks.exclude(state__in=RETRYABLE_TASK_STATES)
         chain.answered = answered.order_by("source_activation__sequence").first()
-    chain.attempts_used = history.attempt_count  # the attempt rows, now that each count matches its rows
+    chain.attempts_used = counts["attempts"]  # the attempt rows, now that each count matches its rows
     chain.activations = n
     return chain
 

@@ -284,3 +284,13 @@ def test_a_live_task_without_a_permit_is_reported(ran):
     Task.objects.filter(pk=task_b.pk).update(permit_held=False)
     assert _violations("live_task_without_permit") == [(task_b.id,)]
     assert "quota_drift" in _codes()
+
+
+def test_a_step_counter_behind_its_rows_is_reported(ran):
+    Step.objects.filter(key="a").update(activation_count=F("activation_count") + 1)
+    assert "step_counter_drift" in _codes()
+
+
+def test_attempts_before_that_disagree_with_the_earlier_tasks_are_reported(ran):
+    Step.objects.filter(key="a").update(attempts_before=3)
+    assert "step_counter_drift" in _codes()
