@@ -326,6 +326,8 @@ def seed_activations(tenant, count: int, start: dt.datetime) -> dict:
         state=m.StepState.FAILED,
         current_activation_id=chain["last"],
         revision=count + 1,
+        activation_count=count,
+        attempts_before=count - 1,  # one attempt for each task before the current activation's
         created_at=start,
         updated_at=start,
     )
@@ -385,6 +387,7 @@ def seed_rounds(tenant, count: int, start: dt.datetime) -> dict:
         state=m.StepState.NEEDS_REVIEW,
         current_activation_id=activation_id,
         revision=2,
+        activation_count=1,
         created_at=start,
         updated_at=start,
     )
@@ -464,6 +467,7 @@ def seed_instances(tenants, count: int, start: dt.datetime) -> None:
                 "state": "'SUCCEEDED'",
                 "current_activation_id": activation,
                 "revision": "3",
+                "activation_count": "1",
                 "output": "'{}'",
                 **common,
             },
