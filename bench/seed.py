@@ -31,6 +31,7 @@ from django.db.models import JSONField  # noqa: E402
 from bench.database import database_ready  # noqa: E402
 from core.ids import ROOT_STEP_KEY, new_id  # noqa: E402
 from history import models as m  # noqa: E402
+from history.events import SUBJECT_TYPES  # noqa: E402
 from history.tenancy import namespace_ensure  # noqa: E402
 
 BATCH = 5000
@@ -59,6 +60,7 @@ class Table:
     """Rows of one model as tuples, written with one multi-row INSERT per batch."""
 
     def __init__(self, model) -> None:
+        self.model = model
         self.fields = model._meta.concrete_fields
         self.names = [f.attname for f in self.fields]
         self.defaults = {f.attname: f.get_default() for f in self.fields}
@@ -71,6 +73,8 @@ class Table:
     def add(self, **values) -> str:
         row = {**self.defaults, "id": new_id(), **values} if "id" in self.defaults else {**self.defaults, **values}
         self.rows.append(tuple(self._db(name, row[name]) for name in self.names))
+        if self.model in SUBJECT_TYPES and row.get("state"):
+            event_add(self.model, row)
         return row.get("id")
 
     def _db(self, name, value):
@@ -101,8 +105,40 @@ TABLES = {
         m.PollRound,
         m.Signal,
         m.SignalOperation,
+        m.InstanceEvent,  # last: its rows name the instances above
     )
 }
+
+
+_sequences: dict[str, int] = {}
+_task_instances: dict[str, str] = {}
+
+
+def event_add(model, row: dict) -> None:
+    """The row's created event in the state it is seeded with: its instance's timeline, as weave_check reads it."""
+    if model is m.Task:
+        _task_instances[row["id"]] = row["source_instance_id"]
+    if model is m.WorkflowInstance:
+        instance_id = row["id"]
+    elif model is m.Attempt:
+        instance_id = _task_instances[row["task_id"]]
+    else:
+        instance_id = row.get("instance_id") or row.get("source_instance_id") or row.get("workflow_id")
+    if instance_id is None:
+        return
+    _sequences[instance_id] = _sequences.get(instance_id, 0) + 1
+    subject = SUBJECT_TYPES[model]
+    table(m.InstanceEvent).add(
+        instance_id=instance_id,
+        sequence=_sequences[instance_id],
+        kind=f"{subject}.created",
+        subject_type=subject,
+        subject_id=row["id"],
+        step_key=row["key"] if model is m.Step else "",
+        after=row["state"],
+        actor_kind="engine",
+        created_at=row.get("created_at") or row.get("started_at") or row.get("accepted_at"),
+    )
 
 
 def table(model) -> Table:
