@@ -29,6 +29,7 @@ from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
+from bench.database import seed_summary_path  # noqa: E402
 from history.models import Namespace, Operator  # noqa: E402
 
 
@@ -36,7 +37,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=10)
     args = parser.parse_args()
-    seed = json.loads((ROOT / "var" / "bench-seed.json").read_text())
+    seed = json.loads(seed_summary_path().read_text())
     namespace = Namespace.objects.get(name=seed["namespace"])
     user, _ = User.objects.get_or_create(username="bench-admin", defaults={"is_staff": True, "is_superuser": True})
     Operator.objects.update_or_create(

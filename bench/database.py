@@ -1,5 +1,7 @@
 """The benchmarks' database: MariaDB/MySQL only, created when missing and migrated."""
 
+from pathlib import Path
+
 import MySQLdb
 from django.conf import settings
 from django.core.management import call_command
@@ -17,3 +19,8 @@ def database_ready() -> None:
     server.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{db['NAME']}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
     server.close()
     call_command("migrate", verbosity=0)
+
+
+def seed_summary_path() -> Path:
+    """Where bench/seed.py records what it seeded in this database (one file per database)."""
+    return Path(__file__).resolve().parents[1] / "var" / f"bench-seed-{settings.DATABASES['default']['NAME']}.json"

@@ -23,7 +23,10 @@ from urllib.parse import urlsplit, urlunsplit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-PORT = 8767
+
+from bench.serving import free_port  # noqa: E402
+
+PORT = free_port()
 BASE = f"http://127.0.0.1:{PORT}"
 
 

@@ -29,11 +29,12 @@ from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
-from bench.serving import percentile, serve  # noqa: E402
+from bench.database import seed_summary_path  # noqa: E402
+from bench.serving import free_port, percentile, serve  # noqa: E402
 from history.credentials import credential_issue  # noqa: E402
 from history.models import Namespace, Scope  # noqa: E402
 
-PORT = 8765
+PORT = free_port()
 BASE = f"http://127.0.0.1:{PORT}"
 
 
@@ -60,7 +61,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=40)
     parser.add_argument("--deep", type=int, default=50_000, help="rows before the deep page")
     args = parser.parse_args()
-    seed = json.loads((ROOT / "var" / "bench-seed.json").read_text())
+    if args.deep < 100:
+        parser.error("--deep: at least 100 (the deep cursor is reached in pages of 100)")
+    seed = json.loads(seed_summary_path().read_text())
     namespace = Namespace.objects.get(name=seed["namespace"])
     token = credential_issue(
         namespace_id=namespace.id,

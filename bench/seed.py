@@ -7,7 +7,7 @@ record), one TASK step with 100 000 activations, one POLL activation with 100 00
 1 000 000 finished instances with one task each across 4 namespaces. Every row respects the
 invariants `manage.py weave_check` verifies (ownership both ways, gap-free sequences, one retry
 successor, quota counters = permits held, revisions, inbox ↔ result events). Writes the ids the
-other benchmarks read to var/bench-seed.json.
+other benchmarks read to var/bench-seed-<database>.json.
 """
 
 import argparse
@@ -28,14 +28,13 @@ django.setup()
 from django.db import connection, transaction  # noqa: E402
 from django.db.models import JSONField  # noqa: E402
 
-from bench.database import database_ready  # noqa: E402
+from bench.database import database_ready, seed_summary_path  # noqa: E402
 from core.ids import ROOT_STEP_KEY, new_id  # noqa: E402
 from history import models as m  # noqa: E402
 from history.events import SUBJECT_TYPES  # noqa: E402
 from history.tenancy import namespace_ensure  # noqa: E402
 
 BATCH = 5000
-SUMMARY = Path(__file__).resolve().parents[1] / "var" / "bench-seed.json"
 ACTOR = "b" * 32
 
 
@@ -669,7 +668,8 @@ def main() -> None:
     start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     tenants = tenants_ensure()
     # A partial run adds to the histories an earlier run recorded.
-    summary = json.loads(SUMMARY.read_text()) if SUMMARY.exists() and parts != set(SECTIONS) else {}
+    summary_path = seed_summary_path()
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() and parts != set(SECTIONS) else {}
     summary |= {"namespace": tenants[0][0].name, "sizes": summary.get("sizes", {})}
     for part in parts:
         summary["sizes"][part] = sizes[part]
@@ -677,8 +677,8 @@ def main() -> None:
         if made is not None:
             summary[part] = made
     summary["seconds"] = round(time.monotonic() - started, 1)
-    SUMMARY.parent.mkdir(exist_ok=True)
-    SUMMARY.write_text(json.dumps(summary, indent=2))
+    summary_path.parent.mkdir(exist_ok=True)
+    summary_path.write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary))
 
 

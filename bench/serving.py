@@ -1,6 +1,7 @@
 """What the HTTP benchmarks share: the product under gunicorn on 127.0.0.1, and percentiles."""
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -14,6 +15,13 @@ ROOT = Path(__file__).resolve().parents[1]
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def free_port() -> int:
+    """A port nothing listens on now: two benches (or two runs) never serve on the same one."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def serve(port: int, *, timeout: int = 30) -> subprocess.Popen:
