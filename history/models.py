@@ -66,15 +66,22 @@ class StateFollowed(models.Model):
     def save(self, *args, update_fields=None, **kwargs):
         as_read = self.__dict__.get("_as_read")
         if update_fields is None and as_read is not None and not self._state.adding and not args and not kwargs:
-            pk = self._meta.pk.attname
-            update_fields = [n for n, v in as_read.items() if n != pk and n in self.__dict__ and self.__dict__[n] != v]
+            # A column deferred at the read and set since is not in ``as_read``: it counts as changed.
+            update_fields = [
+                f.attname
+                for f in self._meta.concrete_fields
+                if not f.primary_key
+                and f.attname in self.__dict__
+                and (f.attname not in as_read or self.__dict__[f.attname] != as_read[f.attname])
+            ]
             if not update_fields:
                 return
         super().save(*args, update_fields=update_fields, **kwargs)
         if as_read is not None:
-            for name in update_fields or as_read:
-                if name in as_read:
-                    as_read[name] = _kept(self.__dict__.get(name))
+            for name in update_fields or list(as_read):
+                attname = self._meta.get_field(name).attname  # update_fields may name a foreign key by its field
+                if attname in self.__dict__:
+                    as_read[attname] = _kept(self.__dict__[attname])
 
     @classmethod
     def from_db(cls, db, field_names, values):

@@ -45,3 +45,20 @@ def test_a_column_deferred_at_the_read_and_changed_after_it_was_loaded_is_saved(
     row.business_key = "changed-after-load"
     row.save()
     assert WorkflowInstance.objects.get(pk=row.pk).business_key == "changed-after-load"
+
+
+@pytest.mark.django_db
+def test_a_column_deferred_at_the_read_and_set_without_loading_it_is_saved(tenancy):
+    created = WorkflowInstanceFactory(namespace=tenancy[0])
+    row = WorkflowInstance.objects.only("id", "state").get(pk=created.pk)
+    row.business_key = "set-while-deferred"
+    row.save()
+    assert WorkflowInstance.objects.get(pk=row.pk).business_key == "set-while-deferred"
+
+
+@pytest.mark.django_db
+def test_a_column_deferred_at_the_read_and_saved_counts_as_read_after(tenancy):
+    row = WorkflowInstance.objects.only("id", "state").get(pk=WorkflowInstanceFactory(namespace=tenancy[0]).pk)
+    row.business_key = "set-while-deferred"
+    row.save()
+    assert _updates(row.save) == []
