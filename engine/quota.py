@@ -35,12 +35,13 @@ def quota_lock(*, locks: LockSet, definition: WorkflowDefinition) -> Quota:
     return Quota(application=application, queues=queues)
 
 
-def quota_lock_for_task(*, locks: LockSet, task: Task) -> Quota:
-    """Lock the application and queue a task is charged to (its permit's slots)."""
+def quota_lock_for_task(*, locks: LockSet, task: Task, queue_name: str | None = None) -> Quota:
+    """Lock the application and queue a task is charged to (its permit's slots).
+
+    ``queue_name``, when the caller already read it, saves reading it here; a stale one cannot
+    pass, since releasing a permit checks the locked queue is the task's own.
+    """
     application = locks.lock_one(Level.APPLICATION, task.application_id)
-    # A task read with ``tasks_with_queue_name`` carries its queue's name; a stale one cannot pass,
-    # since releasing a permit checks the locked queue is the task's own.
-    queue_name = getattr(task, "queue_name", None)
     if queue_name is None:
         queue_name = Queue.objects.filter(pk=task.queue_id).values_list("name", flat=True).first()
     queues = locks.lock_queues(task.namespace_id, [queue_name]) if queue_name else {}

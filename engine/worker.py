@@ -262,7 +262,7 @@ def task_complete(*, identity: Identity, task_id: str, command: Any) -> Completi
 
     def complete() -> Completion:
         locks = LockSet()
-        quota = quota_lock_for_task(locks=locks, task=task)
+        quota = quota_lock_for_task(locks=locks, task=task, queue_name=task.queue_name)  # read by ``_owned_task``
         instance = locks.lock_one(Level.INSTANCE, task.source_instance_id)
         locked = locks.lock_one(Level.TASK, task.id)
         attempt = _reported_attempt(locked, attempt_id)
