@@ -3,7 +3,7 @@
 Functions other layers (recovery, api, console) call; each runs inside the caller's transaction with
 the rows it changes already locked in the order of ``history.locking`` unless it says otherwise:
 
-- quota: ``quota_lock``, ``quota_lock_for_task``, ``permit_take``, ``permit_release``
+- quota: ``quota_of``, ``quota_of_task`` (locked at first use), ``permit_take``, ``permit_release``
 - activation: ``task_create``, ``poll_round_start``, ``wait_create``, ``step_activate``,
   ``correlation_key_of``, ``wait_supersede``, ``activation_retry`` (the operator's re-runs) and
   ``activation_superseded_state``

@@ -11,7 +11,7 @@ from core.errors import InvalidArgument
 from core.ids import new_id
 from engine.budget import attempt_budget
 from engine.commands import is_text
-from engine.quota import Quota, permit_take
+from engine.quota import Quota
 from engine.state import touch
 from history.locking import LockSet
 from history.models import (
@@ -67,8 +67,7 @@ def task_create(
     input, the instance's business key, one concurrency key per step), or, for a retry, those of the task
     it retries (``retry_of``), which are checked to be the same.
     """
-    queue = quota.queues[spec["queue"]]
-    if not permit_take(locks=locks, application=quota.application, queue=queue):
+    if not quota.take(spec["queue"]):
         return None
     now = now or clock.now()
     if retry_of is None:
@@ -84,7 +83,7 @@ def task_create(
     return Task.objects.create(
         namespace_id=instance.namespace_id,
         application=quota.application,
-        queue=queue,
+        queue=quota.queue(spec["queue"]),
         max_attempts=max_attempts,
         deadline_at=deadline_at,
         latest_start_at=latest_start_at,
@@ -348,7 +347,7 @@ def activation_retry(
     SUPERSEDED unless it ended FAILED or CANCELLED; the step is ACTIVE on the new one. The task takes a
     permit of ``application`` and ``queue`` (locked): None, with nothing written, when either is full.
     """
-    quota = Quota(application=application, queues={spec["queue"]: queue})
+    quota = Quota.locked(locks=locks, application=application, queues={spec["queue"]: queue})
     activation = Activation(
         step=step,
         instance=instance,

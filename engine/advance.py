@@ -5,7 +5,7 @@ import datetime as dt
 from core import clock, exactjson
 from core.ids import ROOT_STEP_KEY
 from engine.activation import step_activate
-from engine.quota import Quota, quota_lock
+from engine.quota import Quota, quota_of
 from engine.state import gate_sync, touch
 from history.locking import Level, LockSet, atomic_with_retry
 from history.models import (
@@ -80,22 +80,17 @@ def continuation_create(
 def instance_lock_graph(
     *, locks: LockSet, instance_id: str, skip_locked: bool = False
 ) -> tuple[WorkflowInstance, Gate, WorkflowDefinition, Quota, dict[str, Step]] | None:
-    """Lock quota → instance → gate → every step of an instance, in order; None if busy or missing.
+    """Lock instance → gate → every step of an instance, in order; None if busy or missing.
 
-    The definition is read first (unlocked: it is immutable) to know the quota rows.
+    The quota is the definition's, locked only if a permit is taken or given back.
     """
-    definition_id = WorkflowInstance.objects.filter(pk=instance_id).values_list("definition_id", flat=True).first()
-    definition = WorkflowDefinition.objects.filter(pk=definition_id).first() if definition_id else None
-    if definition is None:
-        return None
-    quota = quota_lock(locks=locks, definition=definition)
     instance = locks.lock_one(Level.INSTANCE, instance_id, skip_locked=skip_locked)
     if instance is None:
         return None
+    definition = WorkflowDefinition.objects.get(pk=instance.definition_id)
+    quota = quota_of(locks=locks, definition=definition)
     gate = locks.lock_one(Level.GATE, instance_id)
-    step_ids = Step.objects.filter(instance_id=instance_id).values_list("id", flat=True)
-    steps = {step.key: step for step in locks.lock(Level.STEP, step_ids).values()}
-    return instance, gate, definition, quota, steps
+    return instance, gate, definition, quota, locks.lock_steps_of(instance_id)
 
 
 def continuations_apply(*, instance_id: str) -> int:
@@ -111,22 +106,46 @@ def continuations_apply(*, instance_id: str) -> int:
         if graph is None:
             return 0
         instance, gate, definition, quota, steps = graph
-        # Re-read under the instance lock: another runner may have applied them meanwhile.
-        pending = list(Continuation.objects.filter(instance_id=instance_id, state=ContinuationState.PENDING))
+        # Re-read under the instance lock: another runner (or the inbox) may have applied them meanwhile.
+        pending = _pending_ids(instance_id)
         if not pending:
             return 0
         before = (instance.state, {key: step.revision for key, step in steps.items()})
-        if not instance_advance(
-            locks=locks, quota=quota, instance=instance, gate=gate, definition=definition, steps=steps
-        ):
-            if before != (instance.state, {key: step.revision for key, step in steps.items()}):
-                touch(instance, clock.now())
-            return 0
-        now = clock.now()
-        Continuation.objects.filter(id__in=[c.id for c in pending]).update(
-            state=ContinuationState.APPLIED, applied_at=now
+        applied = continuations_advance(
+            locks=locks, quota=quota, instance=instance, gate=gate, definition=definition, steps=steps, pending=pending
         )
-        touch(instance, now)
-        return len(pending)
+        if applied or before != (instance.state, {key: step.revision for key, step in steps.items()}):
+            touch(instance, clock.now())
+        return applied
 
     return atomic_with_retry(apply)
+
+
+def continuations_advance(
+    *,
+    locks: LockSet,
+    quota: Quota,
+    instance: WorkflowInstance,
+    gate: Gate,
+    definition: WorkflowDefinition,
+    steps: dict[str, Step],
+    pending: list[str] | None = None,
+) -> int:
+    """Advance the instance (every step locked) and mark its PENDING continuations APPLIED; returns how many.
+
+    0, with the continuations left PENDING for the runner to retry, when a ready step met a full
+    quota. ``pending``: their ids, when the caller has read them. The caller bumps the instance.
+    """
+    if not instance_advance(locks=locks, quota=quota, instance=instance, gate=gate, definition=definition, steps=steps):
+        return 0
+    # By id: a condition on the state would walk (and wait on) every instance's PENDING rows.
+    ids = _pending_ids(instance.id) if pending is None else pending
+    return Continuation.objects.filter(id__in=ids).update(state=ContinuationState.APPLIED, applied_at=clock.now())
+
+
+def _pending_ids(instance_id: str) -> list[str]:
+    return list(
+        Continuation.objects.filter(instance_id=instance_id, state=ContinuationState.PENDING).values_list(
+            "id", flat=True
+        )
+    )

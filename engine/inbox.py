@@ -11,11 +11,12 @@ from dataclasses import dataclass
 
 from core import clock
 from engine.activation import wait_create
-from engine.advance import continuation_create
+from engine.advance import continuation_create, continuations_advance
 from engine.budget import task_step_budget
 from engine.definitions import contract_violation, poll_classify
 from engine.incidents import open_instance_ids
 from engine.poll import NoRound, poll_next_round
+from engine.quota import quota_of
 from engine.signals import signal_spec_of, wait_satisfy, wait_winner
 from engine.state import FINISHED, instance_enter_review, step_enter_review, touch
 from history.locking import Level, LockSet, atomic_with_retry
@@ -55,6 +56,7 @@ class _Graph:
     instance: WorkflowInstance
     gate: Gate
     definition: WorkflowDefinition
+    steps: dict[str, Step]  # every step of the instance, locked: a record that ends one may advance the graph
     now: dt.datetime  # one time for every row the record changes
 
 
@@ -90,21 +92,28 @@ def _task_failed_cause(step: Step, spec: dict, task: Task) -> ReviewCause:
     return ReviewCause.TASK_BUDGET_EXHAUSTED
 
 
-def _result_sources(record: InboxRecord, instance: WorkflowInstance, definition: WorkflowDefinition):
-    """The event, task, activation, step and step spec of a result record, verified both ways."""
+def _result_sources(locks: LockSet, record: InboxRecord, graph: _Graph):
+    """The event, task, activation, step and step spec of a result record, verified both ways.
+
+    The activation (with its wait) and the task the record names are read locked, in the lock
+    order, and verified after: a record that names rows it does not own is quarantined all the same.
+    """
+    instance, definition = graph.instance, graph.definition
     event = ResultEvent.objects.filter(pk=record.source_id).first()
     if event is None or event.task_id != record.task_id:
         raise Corruption(f"result event {record.source_id} is missing or belongs to another task")
-    task = Task.objects.filter(pk=event.task_id).first()
+    activation = locks.lock_one(Level.ACTIVATION, record.activation_id) if record.activation_id else None
+    if activation is not None and activation.wait_id:
+        locks.lock_one(Level.WAIT, activation.wait_id)
+    task = locks.lock_one(Level.TASK, event.task_id)
     if task is None or task.source_instance_id != instance.id or task.namespace_id != instance.namespace_id:
         raise Corruption(f"task {event.task_id} does not belong to instance {instance.id}")
     if record.activation_id != task.source_activation_id:
         raise Corruption(f"record {record.id} names activation {record.activation_id}, its task another")
-    activation = Activation.objects.filter(pk=task.source_activation_id).first()
     if activation is None or activation.instance_id != instance.id:
         raise Corruption(f"activation {task.source_activation_id} of task {task.id} is not under this instance")
-    step = Step.objects.filter(pk=activation.step_id).first()
-    spec = definition.step_spec(step.key) if step and step.instance_id == instance.id else None
+    step = next((s for s in graph.steps.values() if s.id == activation.step_id), None)
+    spec = definition.step_spec(step.key) if step else None
     if spec is None or spec["kind"] not in (StepKind.TASK, StepKind.POLL) or step.kind != spec["kind"]:
         raise Corruption(f"activation {activation.id} is not under a TASK/POLL step of this instance")
     queue = Queue.objects.filter(pk=task.queue_id).first()
@@ -119,7 +128,8 @@ def _result_sources(record: InboxRecord, instance: WorkflowInstance, definition:
     return event, task, activation, step, spec
 
 
-def _signal_sources(record: InboxRecord, instance: WorkflowInstance, definition: WorkflowDefinition):
+def _signal_sources(record: InboxRecord, graph: _Graph):
+    instance, definition = graph.instance, graph.definition
     signal = Signal.objects.filter(pk=record.source_id).first()
     if (
         signal is None
@@ -129,7 +139,7 @@ def _signal_sources(record: InboxRecord, instance: WorkflowInstance, definition:
     ):
         raise Corruption(f"signal {record.source_id} does not belong to instance {instance.id}")
     spec = definition.step_spec(signal.target_step_key)
-    step = Step.objects.filter(instance_id=instance.id, key=signal.target_step_key).first()
+    step = graph.steps.get(signal.target_step_key)
     if signal_spec_of(spec) is None or step is None:
         raise Corruption(f"signal {signal.id} targets {signal.target_step_key}, not a signal step of the definition")
     record.signal = signal  # the record's timeline event names the signal's step without reading it again
@@ -152,17 +162,18 @@ def _consume(instance_id: str) -> InboxRecord | None:
     if record is None:
         return None
     gate = locks.lock_one(Level.GATE, instance_id)
+    steps = locks.lock_steps_of(instance_id)
     definition = WorkflowDefinition.objects.filter(pk=instance.definition_id).first()
     now = clock.now()
-    graph = _Graph(instance=instance, gate=gate, definition=definition, now=now)
+    graph = _Graph(instance=instance, gate=gate, definition=definition, steps=steps, now=now)
+    succeeded = {key for key, step in steps.items() if step.state == StepState.SUCCEEDED}
     try:
         if gate is None or definition is None:
             raise Corruption(f"instance {instance_id} has no gate or definition")
         if record.source_kind == InboxSource.RESULT_EVENT:
-            sources = _result_sources(record, instance, definition)
-            disposition = _apply_result(locks, graph, record, *sources)
+            disposition = _apply_result(locks, graph, record, *_result_sources(locks, record, graph))
         elif record.source_kind == InboxSource.SIGNAL:
-            disposition = _apply_signal(locks, graph, record, *_signal_sources(record, instance, definition))
+            disposition = _apply_signal(locks, graph, record, *_signal_sources(record, graph))
         else:
             raise Corruption(f"record {record.id} has an unknown source kind")
     except Corruption as exc:
@@ -184,6 +195,17 @@ def _consume(instance_id: str) -> InboxRecord | None:
     record.disposition = disposition
     record.consumed_at = now
     record.save()
+    if any(step.state == StepState.SUCCEEDED and key not in succeeded for key, step in steps.items()):
+        # The step's continuation is applied here, in the same transaction: the next task is
+        # claimable at this commit, not at a later pass's (a full quota leaves it to that pass).
+        continuations_advance(
+            locks=locks,
+            quota=quota_of(locks=locks, definition=definition),
+            instance=instance,
+            gate=gate,
+            definition=definition,
+            steps=steps,
+        )
     touch(instance, now)
     return record
 
@@ -200,14 +222,6 @@ def _quarantine_orphans(locks: LockSet, instance_id: str) -> InboxRecord | None:
     return next(iter(records.values()), None)
 
 
-def _lock_step_rows(locks: LockSet, step: Step, activation: Activation, task: Task | None = None):
-    step = locks.lock_one(Level.STEP, step.id)
-    activation = locks.lock_one(Level.ACTIVATION, activation.id)
-    wait = locks.lock_one(Level.WAIT, activation.wait_id) if activation.wait_id else None
-    task = locks.lock_one(Level.TASK, task.id) if task is not None else None
-    return step, activation, wait, task
-
-
 def _apply_result(
     locks: LockSet,
     graph: _Graph,
@@ -218,7 +232,6 @@ def _apply_result(
     step: Step,
     spec: dict,
 ) -> Disposition:
-    step, activation, _, task = _lock_step_rows(locks, step, activation, task)
     locks.lock_one(Level.INBOX, record.id)
     if event.late:
         # Late evidence is written already LATE_RECORDED; should its record ever be pending, it
@@ -343,7 +356,6 @@ def _apply_reviewed(activation: Activation, task: Task, event: ResultEvent, spec
 def _apply_signal(
     locks: LockSet, graph: _Graph, record: InboxRecord, signal: Signal, step: Step, spec: dict
 ) -> Disposition:
-    step = locks.lock_one(Level.STEP, step.id)
     activation = locks.lock_one(Level.ACTIVATION, step.current_activation_id) if step.current_activation_id else None
     wait = locks.lock_one(Level.WAIT, activation.wait_id) if activation and activation.wait_id else None
     locks.lock_one(Level.INBOX, record.id)

@@ -1,53 +1,109 @@
 """Quota permits: a task holds one application slot and one queue slot until it is terminal.
 
 The counters (``active_tasks``) always equal the number of permits held (``Task.permit_held``);
-``weave_check`` verifies it. Taking or releasing a permit needs the application and the queue
-rows locked first (they come before the instance in the lock order), so every transaction that
-may create or finish a task starts with ``quota_lock``.
+``weave_check`` verifies it. The application and queue rows come last in the lock order (only
+the result stream after them), and a ``Quota`` locks them at its first take or release: a
+transaction holds a namespace's counters only from that point to its commit, so the writers of
+a namespace do not queue behind one another for their whole transaction.
 """
-
-from dataclasses import dataclass
 
 from core.errors import Unavailable
 from history.locking import Level, LockSet
 from history.models import Application, Queue, Task, WorkflowDefinition
 
 
-@dataclass
 class Quota:
-    """The locked quota rows of one transaction: the application and queues by name."""
+    """The application and queues one transaction may charge permits to, locked at first use."""
 
-    application: Application
-    queues: dict[str, Queue]
+    def __init__(
+        self,
+        *,
+        locks: LockSet,
+        namespace_id: str,
+        queue_names: list[str],
+        owner: str,
+        application_id: str | None = None,
+        application_name: str | None = None,
+    ):
+        self._locks = locks
+        self._namespace_id = namespace_id
+        self._application_id = application_id
+        self._application_name = application_name
+        self._queue_names = sorted(set(queue_names))
+        self._owner = owner
+        self._rows: tuple[Application, dict[str, Queue]] | None = None
+
+    def _locked(self) -> tuple[Application, dict[str, Queue]]:
+        if self._rows is None:
+            application_id = self._application_id or (
+                Application.objects.filter(namespace_id=self._namespace_id, name=self._application_name)
+                .values_list("id", flat=True)
+                .first()
+            )
+            application = self._locks.lock_one(Level.APPLICATION, application_id) if application_id else None
+            queues = self._locks.lock_queues(self._namespace_id, self._queue_names)
+            if application is None or not queues or len(queues) != len(self._queue_names):
+                raise Unavailable(f"{self._owner} references a missing application or queue")
+            self._rows = application, queues
+        return self._rows
+
+    @classmethod
+    def locked(cls, *, locks: LockSet, application: Application, queues: dict[str, Queue]) -> "Quota":
+        """A quota over rows this transaction has already locked."""
+        quota = cls(locks=locks, namespace_id=application.namespace_id, queue_names=list(queues), owner="")
+        quota._rows = application, queues
+        return quota
+
+    @property
+    def application(self) -> Application:
+        return self._locked()[0]
+
+    def queue(self, name: str) -> Queue:
+        return self._locked()[1][name]
+
+    def queue_of(self, task: Task) -> Queue:
+        """The locked queue a task is charged to (UNAVAILABLE when it is none of this quota's)."""
+        queue = next((q for q in self._locked()[1].values() if q.id == task.queue_id), None)
+        if queue is None:
+            raise Unavailable(f"task {task.id} is not charged to a queue of {self._owner}")
+        return queue
+
+    def take(self, queue_name: str) -> bool:
+        """Take a permit of the application and the named queue (``permit_take``)."""
+        return permit_take(locks=self._locks, application=self.application, queue=self.queue(queue_name))
+
+    def release(self, task: Task) -> None:
+        """Give back the task's permit, if it holds one (``permit_release``); nothing is locked otherwise."""
+        if task.permit_held:
+            permit_release(locks=self._locks, application=self.application, queue=self.queue_of(task), task=task)
 
 
-def quota_lock(*, locks: LockSet, definition: WorkflowDefinition) -> Quota:
-    """Lock the definition's application, then its queues sorted by name (the start of the lock order)."""
-    application_id = (
-        Application.objects.filter(namespace_id=definition.namespace_id, name=definition.spec["application"])
-        .values_list("id", flat=True)
-        .first()
+def quota_of(*, locks: LockSet, definition: WorkflowDefinition) -> Quota:
+    """The quota of a definition's tasks: its application and its queues (nothing is read until used)."""
+    return Quota(
+        locks=locks,
+        namespace_id=definition.namespace_id,
+        application_name=definition.spec["application"],
+        queue_names=definition.queues,
+        owner=f"definition {definition.id}",
     )
-    application = locks.lock_one(Level.APPLICATION, application_id) if application_id else None
-    queues = locks.lock_queues(definition.namespace_id, definition.queues)
-    if application is None or len(queues) != len(definition.queues):
-        raise Unavailable(f"definition {definition.id} references a missing application or queue")
-    return Quota(application=application, queues=queues)
 
 
-def quota_lock_for_task(*, locks: LockSet, task: Task, queue_name: str | None = None) -> Quota:
-    """Lock the application and queue a task is charged to (its permit's slots).
+def quota_of_task(*, locks: LockSet, task: Task, queue_name: str | None = None) -> Quota:
+    """The application and queue a task is charged to (its permit's slots); nothing is locked until used.
 
     ``queue_name``, when the caller already read it, saves reading it here; a stale one cannot
     pass, since releasing a permit checks the locked queue is the task's own.
     """
-    application = locks.lock_one(Level.APPLICATION, task.application_id)
     if queue_name is None:
         queue_name = Queue.objects.filter(pk=task.queue_id).values_list("name", flat=True).first()
-    queues = locks.lock_queues(task.namespace_id, [queue_name]) if queue_name else {}
-    if application is None or not queues:
-        raise Unavailable(f"task {task.id} references a missing application or queue")
-    return Quota(application=application, queues=queues)
+    return Quota(
+        locks=locks,
+        namespace_id=task.namespace_id,
+        application_id=task.application_id,
+        queue_names=[queue_name] if queue_name else [],
+        owner=f"task {task.id}",
+    )
 
 
 def permit_available(*, application: Application, queue: Queue) -> bool:
@@ -57,7 +113,7 @@ def permit_available(*, application: Application, queue: Queue) -> bool:
 def permit_take(*, locks: LockSet, application: Application, queue: Queue) -> bool:
     """Take one slot of the application and one of the queue; False (nothing changed) when either is full.
 
-    Both rows must be locked in this transaction (``quota_lock``); the caller creates the task
+    Both rows must be locked in this transaction (a ``Quota`` locks them); the caller creates the task
     with ``permit_held=True`` only after a True answer — never a task without a permit.
     """
     if locks.level < Level.QUEUE:

@@ -20,7 +20,7 @@ from engine.advance import continuation_create, continuations_apply, instance_lo
 from engine.inbox import inbox_consume_next, inbox_head_id, instances_with_pending_records
 from engine.incidents import Item, error_class_of, isolated, open_item_ids
 from engine.poll import poll_deadline_passed
-from engine.quota import permit_release, quota_lock_for_task
+from engine.quota import quota_of_task
 from engine.results import result_event_publish
 from engine.signals import buffered_waits, wait_satisfy, wait_winner
 from engine.state import gate_sync, step_enter_review, touch
@@ -82,7 +82,6 @@ def _task_deadline(task_id: str) -> bool:
     if task is None:
         return False
     locks = LockSet()
-    quota = quota_lock_for_task(locks=locks, task=task)
     instance = locks.lock_one(Level.INSTANCE, task.source_instance_id, skip_locked=True)
     if instance is None:
         return False
@@ -95,7 +94,7 @@ def _task_deadline(task_id: str) -> bool:
     task.state = TaskState.FAILED
     task.outcome = TaskState.FAILED
     task.result = result
-    permit_release(locks=locks, application=quota.application, queue=next(iter(quota.queues.values())), task=task)
+    quota_of_task(locks=locks, task=task).release(task)
     touch(task, now)
     touch(instance, now)
     result_event_publish(locks=locks, task=task, kind=ResultKind.RESULT, outcome=TaskState.FAILED, result=result)

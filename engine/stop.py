@@ -3,7 +3,6 @@
 from core import clock
 from core.ids import ROOT_STEP_KEY
 from engine.advance import instance_lock_graph
-from engine.quota import permit_release
 from engine.state import OPEN_STEP_STATES, gate_sync, touch
 from history.locking import Level, LockSet, atomic_with_retry
 from history.models import (
@@ -53,14 +52,13 @@ def _settle(instance_id: str) -> bool:
         source_instance_id=instance_id, state__in=(TaskState.QUEUED, TaskState.LEASED, TaskState.NEEDS_REVIEW)
     ).values_list("id", flat=True)
     tasks = locks.lock(Level.TASK, task_ids)
-    queues_by_id = {queue.id: queue for queue in quota.queues.values()}
     busy_activations = set()
     changed = bool(waits)
     for task in tasks.values():
         if task.state == TaskState.QUEUED:
             task.state = TaskState.CANCELLED
             task.outcome = TaskState.CANCELLED
-            permit_release(locks=locks, application=quota.application, queue=queues_by_id[task.queue_id], task=task)
+            quota.release(task)
             touch(task, now)
             changed = True
         else:

@@ -19,7 +19,7 @@ from core.errors import FailedPrecondition, NotFound
 from core.identity import Identity
 from engine.budget import attempts_left
 from engine.commands import command_object, id_argument
-from engine.quota import Quota, permit_release, quota_lock_for_task
+from engine.quota import Quota, permit_release, quota_of_task
 from engine.results import late_result_record, result_event_publish
 from engine.state import touch
 from history.events import WORKER, acting
@@ -262,7 +262,6 @@ def task_complete(*, identity: Identity, task_id: str, command: Any) -> Completi
 
     def complete() -> Completion:
         locks = LockSet()
-        quota = quota_lock_for_task(locks=locks, task=task, queue_name=task.queue_name)  # read by ``_owned_task``
         instance = locks.lock_one(Level.INSTANCE, task.source_instance_id)
         locked = locks.lock_one(Level.TASK, task.id)
         attempt = _reported_attempt(locked, attempt_id)
@@ -270,7 +269,7 @@ def task_complete(*, identity: Identity, task_id: str, command: Any) -> Completi
         with acting(WORKER, attempt.worker):
             return _attempt_report(
                 locks=locks,
-                quota=quota,
+                quota=quota_of_task(locks=locks, task=task, queue_name=task.queue_name),  # by ``_owned_task``
                 instance=instance,
                 task=locked,
                 attempt=attempt,
@@ -309,7 +308,7 @@ def _attempt_report(
         task.state = outcome
         task.outcome = outcome
         task.result = result
-        permit_release(locks=locks, application=quota.application, queue=next(iter(quota.queues.values())), task=task)
+        quota.release(task)
     touch(task, now)
     if instance is not None:
         touch(instance, now)

@@ -1,11 +1,13 @@
 """The one lock order of the code base, and bounded deadlock retry.
 
 Every transaction that writes engine rows — recovery operations and engine transitions
-alike — takes its row locks through a ``LockSet``: credential → application quota →
-operation key → the definition's queues by name → instance → gate → steps by id →
-activations by id → waits by id → tasks by id → inbox records → the per-task result
-stream last. Locks are taken one table at a time (MariaDB has no ``FOR UPDATE OF``, so
-a joined locking read would lock the joined rows out of order).
+alike — takes its row locks through a ``LockSet``: credential → operation key → instance
+→ gate → steps by id → activations by id → waits by id → tasks by id → inbox records →
+application quota → the queues by name → the per-task result stream last. The quota rows
+are every namespace's hottest rows, so they come last: a transaction holds them only from
+its first permit taken or given back to its commit (``engine.quota``). Locks are taken one
+table at a time (MariaDB has no ``FOR UPDATE OF``, so a joined locking read would lock the
+joined rows out of order).
 """
 
 import enum
@@ -26,16 +28,16 @@ T = TypeVar("T")
 
 class Level(enum.IntEnum):
     CREDENTIAL = 1
-    APPLICATION = 2
-    OPERATION_KEY = 3
-    QUEUE = 4
-    INSTANCE = 5
-    GATE = 6
-    STEP = 7
-    ACTIVATION = 8
-    WAIT = 9
-    TASK = 10
-    INBOX = 11
+    OPERATION_KEY = 2
+    INSTANCE = 3
+    GATE = 4
+    STEP = 5
+    ACTIVATION = 6
+    WAIT = 7
+    TASK = 8
+    INBOX = 9
+    APPLICATION = 10
+    QUEUE = 11
     RESULT_STREAM = 12
 
 
@@ -92,6 +94,20 @@ class LockSet:
 
     def lock_one(self, level: Level, pk: str, *, skip_locked: bool = False) -> Model | None:
         return self.lock(level, [pk], skip_locked=skip_locked).get(pk)
+
+    def lock_steps_of(self, instance_id: str) -> dict[str, models.Step]:
+        """Lock every step of an instance in one statement; returns them by key.
+
+        Only after the instance's own lock and before any other step: every transaction that
+        locks a step holds its instance first, so the steps of one instance cannot deadlock.
+        """
+        if self.level >= Level.STEP or self.level < Level.INSTANCE:
+            raise LockOrderViolation("the steps of an instance are locked right after the instance (and gate)")
+        self._enter(Level.STEP, None)
+        rows = list(models.Step.objects.select_for_update().filter(instance_id=instance_id).order_by("pk"))
+        if rows:
+            self._last_key = rows[-1].pk
+        return {row.key: row for row in rows}
 
     def lock_queues(self, namespace_id: str, names: Iterable[str]) -> dict[str, models.Queue]:
         """Lock a definition's queues, sorted by name; returns them by name."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from core import clock
 from core.errors import Aborted, FailedPrecondition, NotFound, ResourceExhausted, Unavailable
 from core.identity import Identity
+from engine.quota import quota_of_task
 from history.locking import Level, LockSet
 from history.models import (
     Activation,
@@ -41,10 +42,6 @@ _PLAIN_MODELS = {
 }
 
 
-class Replan(Exception):
-    """The rows locked for quota are not the ones the command needs now: plan and run again."""
-
-
 @dataclass
 class Context:
     """The instance under recovery and its fixed definition; rows locked (commit) or only read (preview)."""
@@ -55,7 +52,6 @@ class Context:
     gate: Gate
     now: dt.datetime
     locks: LockSet | None
-    quota: tuple[Application, Queue] | None = None
     request_id: str = ""
     # Each step's verified history (or its corruption) by (step id, step revision): checked once per context.
     histories: dict[tuple[str, int], "StepHistory | Unavailable"] = field(default_factory=dict)
@@ -84,15 +80,14 @@ class Context:
             )
 
     def quota_rows(self, task: Task) -> tuple[Application, Queue]:
-        """The application and queue a task's permit counts against (locked before the instance)."""
+        """The application and queue a task's permit counts against (locked now: the quota rows come last)."""
         if self.locks is None:
             return (
                 Application.objects.get(pk=task.application_id),
                 Queue.objects.get(pk=task.queue_id),
             )
-        if self.quota is None or (self.quota[0].pk, self.quota[1].pk) != (task.application_id, task.queue_id):
-            raise Replan()
-        return self.quota
+        quota = quota_of_task(locks=self.locks, task=task)
+        return quota.application, quota.queue_of(task)
 
 
 def not_in_review(instance: WorkflowInstance) -> FailedPrecondition | None:

@@ -34,17 +34,15 @@ from history.models import (
     Activation,
     Credential,
     ExecutionAudit,
-    Queue,
     Scope,
-    Task,
     WorkflowInstance,
     WorkflowOperation,
 )
 from history.selectors.access import instance_definition_visible
 from recovery.commands import Command, instance_id_check
-from recovery.context import Context, Replan, context_open
+from recovery.context import Context, context_open
 
-REPLAN_ATTEMPTS = 3
+KEY_RACE_ATTEMPTS = 3
 
 
 def change(before, after) -> dict:
@@ -125,10 +123,6 @@ class Operation(abc.ABC):
         service.__doc__ = self.__doc__
         return service
 
-    def quota_task(self, *, identity: Identity, instance_id: str, command) -> Task | None:
-        """The task whose application and queue must be locked before the operation key (plain read)."""
-        return None
-
     @abc.abstractmethod
     def check(self, ctx: Context, command) -> Plan:
         """Read (and lock, when committing) what the command needs; raise in the fixed order."""
@@ -156,11 +150,10 @@ def operation_execute(
     idempotency.key_check(idempotency_key)
     parsed = operation.command_class.parse(command)
     fingerprint = idempotency.fingerprint(operation=operation.name, target=instance_id, command=command)
-    for _ in range(REPLAN_ATTEMPTS):
-        task = operation.quota_task(identity=identity, instance_id=instance_id, command=parsed)
+    for _ in range(KEY_RACE_ATTEMPTS):
         try:
             return atomic_with_retry(
-                lambda task=task: _commit(
+                lambda: _commit(
                     operation=operation,
                     identity=identity,
                     instance_id=instance_id,
@@ -168,10 +161,9 @@ def operation_execute(
                     fingerprint=fingerprint,
                     command=parsed,
                     request_id=request_id,
-                    quota_task=task,
                 )
             )
-        except (KeyRaced, Replan):
+        except KeyRaced:
             continue
     raise Aborted("the instance changed while the command ran; read it again")
 
@@ -189,10 +181,9 @@ def _credential_recheck(locks: LockSet, identity: Identity) -> None:
         raise Unauthenticated("the credential was revoked or expired")
 
 
-def _commit(*, operation, identity, instance_id, key, fingerprint, command, request_id, quota_task) -> Receipt:
+def _commit(*, operation, identity, instance_id, key, fingerprint, command, request_id) -> Receipt:
     locks = LockSet()
     _credential_recheck(locks, identity)
-    app = locks.lock_one(Level.APPLICATION, quota_task.application_id) if quota_task else None
     row = receipt_claim(
         locks=locks,
         namespace_id=identity.namespace_id,
@@ -205,14 +196,8 @@ def _commit(*, operation, identity, instance_id, key, fingerprint, command, requ
         instance = WorkflowInstance.objects.filter(pk=row.workflow_id).first()
         instance_definition_visible(identity=identity, instance=instance)
         return receipt_replay(row=row)
-    quota = None
-    if quota_task is not None:
-        queue = Queue.objects.filter(pk=quota_task.queue_id).first()
-        locked_queue = locks.lock_queues(identity.namespace_id, [queue.name]).get(queue.name) if queue else None
-        if app is not None and locked_queue is not None:
-            quota = (app, locked_queue)
     ctx = context_open(identity=identity, instance_id=instance_id, locks=locks)
-    ctx.quota, ctx.request_id = quota, request_id
+    ctx.request_id = request_id
     plan = operation.check(ctx, command)
     instance, gate = ctx.instance, ctx.gate
     before = instance_snapshot(instance, gate)

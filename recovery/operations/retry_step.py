@@ -15,14 +15,12 @@ from django.db.models import BooleanField, Case, Count, F, Max, OuterRef, Q, Que
 from django.db.models.functions import Coalesce
 
 from core.errors import FailedPrecondition, Unavailable
-from core.identity import Identity
 from core.times import format_optional_time
 from engine.activation import activation_retry, activation_superseded_state
 from engine.budget import Budget, attempt_budget, link_max_attempts, predecessor_left_exactly
 from history.audits import activation_snapshot, step_snapshot, task_snapshot
 from history.locking import Level
 from history.models import (
-    Activation,
     ActivationState,
     Attempt,
     Step,
@@ -243,12 +241,6 @@ class RetryStep(Operation):
     target = "step"
     command_class = RetryStepCommand
     takes_quota = True
-
-    def quota_task(self, *, identity: Identity, instance_id: str, command: RetryStepCommand) -> Task | None:
-        step = Step.objects.filter(instance_id=instance_id, key=command.step_key).first()
-        activation = Activation.objects.filter(pk=step.current_activation_id).first() if step else None
-        task_id = (activation.task_id or activation.last_task_id) if activation else None
-        return Task.objects.filter(pk=task_id, namespace_id=identity.namespace_id).first() if task_id else None
 
     def check(self, ctx: Context, command: RetryStepCommand) -> RetryPlan | RearmPlan:
         history = step_decision_resolve(ctx, command)

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from core.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound, Unavailable
-from core.identity import Identity
 from core.ids import new_id
 from engine.results import result_event_publish
 from engine.worker import task_settle_reviewed
@@ -88,11 +87,6 @@ class ReviewTask(Operation):
     target = "task"
     command_class = ReviewTaskCommand
     preview_defaults = MappingProxyType({"conclusion": "SUCCEEDED", "result": ExactResult(text="true", value=True)})
-
-    def quota_task(self, *, identity: Identity, instance_id: str, command: ReviewTaskCommand) -> Task | None:
-        return Task.objects.filter(
-            pk=command.task_id, namespace_id=identity.namespace_id, source_instance_id=instance_id
-        ).first()
 
     def check(self, ctx: Context, command: ReviewTaskCommand) -> ReviewPlan:
         seen = _task_under_instance(ctx, command.task_id)

@@ -156,7 +156,7 @@ TRANSITIONS = [
     ),
     _pass(
         "continuations: finish the instance",
-        _then(states.results_pending, lambda e: runner.pass_inbox()),
+        _then(states.timers_due, lambda e: runner.pass_timers()),
         runner.pass_continuations,
         instances=["SUCCEEDED"],
     ),

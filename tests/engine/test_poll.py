@@ -5,7 +5,7 @@ from django.db import transaction
 from core import clock
 from engine.activation import poll_round_start
 from engine.poll import NextRound, NoRound, poll_next_round, poll_rounds_left
-from engine.quota import quota_lock
+from engine.quota import quota_of
 from engine.runner import pass_poll_rounds
 from history.locking import LockSet
 from history.models import Activation, InstanceState, PollRound, ResultEvent, Step, Task, TaskState, Wait
@@ -221,7 +221,7 @@ def test_a_round_can_be_reopened_with_the_remaining_attempts_and_its_original_de
     activation = _activation(instance)
     with transaction.atomic():
         locks = LockSet()
-        quota = quota_lock(locks=locks, definition=instance.definition)
+        quota = quota_of(locks=locks, definition=instance.definition)
         task = poll_round_start(
             locks=locks,
             quota=quota,

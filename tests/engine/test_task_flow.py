@@ -259,17 +259,16 @@ def test_a_late_result_of_an_old_activation_is_only_recorded(engine):
 
 def _review_task(task, outcome, result):
     """What ReviewTask leaves behind: the task concluded, permit released, a REVIEWED event published."""
-    from engine.quota import permit_release, quota_lock_for_task
+    from engine.quota import quota_of_task
 
     with transaction.atomic():
         locks = LockSet()
-        quota = quota_lock_for_task(locks=locks, task=task)
         task = Task.objects.select_for_update().get(pk=task.id)
         task.state = outcome
         task.review_conclusion = outcome
         task.result = result
         task.execution_settled = True
-        permit_release(locks=locks, application=quota.application, queue=next(iter(quota.queues.values())), task=task)
+        quota_of_task(locks=locks, task=task).release(task)
         task.revision += 1
         task.save()
         instance = WorkflowInstance.objects.get(pk=task.source_instance_id)

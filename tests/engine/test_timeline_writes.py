@@ -43,6 +43,9 @@ EXPECTED = {
         ("step.state", "a", "ACTIVE", "SUCCEEDED", "", "engine"),
         ("activation.state", "a", "ACTIVE", "SUCCEEDED", "", "engine"),
         ("inbox.state", "a", "PENDING", "CONSUMED", "APPLIED", "engine"),
+        # The step's continuation is applied in the same transaction: its only step done, the instance ends.
+        ("step.state", "$root", "ACTIVE", "SUCCEEDED", "", "engine"),
+        ("instance.state", "", "RUNNING", "SUCCEEDED", "", "engine"),
     ],
     "inbox: TASK failure puts the step in review": [
         ("step.state", "a", "ACTIVE", "FAILED", "", "engine"),
@@ -84,6 +87,9 @@ EXPECTED = {
         ("step.state", "settle", "ACTIVE", "SUCCEEDED", "", "engine"),
         ("activation.state", "settle", "ACTIVE", "SUCCEEDED", "", "engine"),
         ("inbox.state", "settle", "PENDING", "CONSUMED", "APPLIED", "engine"),
+        # The step's continuation is applied in the same transaction: its only step done, the instance ends.
+        ("step.state", "$root", "ACTIVE", "SUCCEEDED", "", "engine"),
+        ("instance.state", "", "RUNNING", "SUCCEEDED", "", "engine"),
     ],
     "inbox: signal satisfies its wait": [
         ("step.state", "s", "WAITING", "SUCCEEDED", "", "engine"),
@@ -91,6 +97,9 @@ EXPECTED = {
         ("wait.state", "s", "WAITING", "SATISFIED", "", "engine"),
         ("signal.state", "s", "PENDING", "CONSUMED", "", "engine"),
         ("inbox.state", "s", "PENDING", "CONSUMED", "APPLIED", "engine"),
+        # The step's continuation is applied in the same transaction: its only step done, the instance ends.
+        ("step.state", "$root", "ACTIVE", "SUCCEEDED", "", "engine"),
+        ("instance.state", "", "RUNNING", "SUCCEEDED", "", "engine"),
     ],
     "inbox: signal of another version rejected": [
         ("signal.state", "s", "PENDING", "REJECTED", "", "engine"),

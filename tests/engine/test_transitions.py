@@ -204,11 +204,11 @@ def test_a_wait_is_superseded_by_its_next_generation_with_the_same_contract_and_
 def _retry(engine, instance, step, remaining, queue="payments", business_round=None):
     locks = LockSet()
     previous = Task.objects.get(source_activation_id=step.current_activation_id)
-    application = locks.lock_one(Level.APPLICATION, previous.application_id)
-    queue = locks.lock_queues(instance.namespace_id, [queue])[queue]
     locks.lock_one(Level.INSTANCE, instance.pk)
     step = locks.lock_one(Level.STEP, step.pk)
     current = locks.lock_one(Level.ACTIVATION, step.current_activation_id)
+    application = locks.lock_one(Level.APPLICATION, previous.application_id)
+    queue = locks.lock_queues(instance.namespace_id, [queue])[queue]
     return activation_retry(
         locks=locks,
         application=application,
@@ -261,9 +261,9 @@ def test_a_reviewed_task_is_settled_its_permit_released_and_its_unknown_lease_cl
     now = clock.now()
     with transaction.atomic():
         locks = LockSet()
+        locked = locks.lock_one(Level.TASK, task.id)
         application = locks.lock_one(Level.APPLICATION, task.application_id)
         queue = locks.lock_queues(task.namespace_id, ["payments"])["payments"]
-        locked = locks.lock_one(Level.TASK, task.id)
         task_settle_reviewed(
             locks=locks,
             task=locked,
