@@ -106,46 +106,22 @@ def continuations_apply(*, instance_id: str) -> int:
         if graph is None:
             return 0
         instance, gate, definition, quota, steps = graph
-        # Re-read under the instance lock: another runner (or the inbox) may have applied them meanwhile.
-        pending = _pending_ids(instance_id)
+        # Re-read under the instance lock: another runner may have applied them meanwhile.
+        pending = list(Continuation.objects.filter(instance_id=instance_id, state=ContinuationState.PENDING))
         if not pending:
             return 0
         before = (instance.state, {key: step.revision for key, step in steps.items()})
-        applied = continuations_advance(
-            locks=locks, quota=quota, instance=instance, gate=gate, definition=definition, steps=steps, pending=pending
+        if not instance_advance(
+            locks=locks, quota=quota, instance=instance, gate=gate, definition=definition, steps=steps
+        ):
+            if before != (instance.state, {key: step.revision for key, step in steps.items()}):
+                touch(instance, clock.now())
+            return 0
+        now = clock.now()
+        Continuation.objects.filter(id__in=[c.id for c in pending]).update(
+            state=ContinuationState.APPLIED, applied_at=now
         )
-        if applied or before != (instance.state, {key: step.revision for key, step in steps.items()}):
-            touch(instance, clock.now())
-        return applied
+        touch(instance, now)
+        return len(pending)
 
     return atomic_with_retry(apply)
-
-
-def continuations_advance(
-    *,
-    locks: LockSet,
-    quota: Quota,
-    instance: WorkflowInstance,
-    gate: Gate,
-    definition: WorkflowDefinition,
-    steps: dict[str, Step],
-    pending: list[str] | None = None,
-) -> int:
-    """Advance the instance (every step locked) and mark its PENDING continuations APPLIED; returns how many.
-
-    0, with the continuations left PENDING for the runner to retry, when a ready step met a full
-    quota. ``pending``: their ids, when the caller has read them. The caller bumps the instance.
-    """
-    if not instance_advance(locks=locks, quota=quota, instance=instance, gate=gate, definition=definition, steps=steps):
-        return 0
-    # By id: a condition on the state would walk (and wait on) every instance's PENDING rows.
-    ids = _pending_ids(instance.id) if pending is None else pending
-    return Continuation.objects.filter(id__in=ids).update(state=ContinuationState.APPLIED, applied_at=clock.now())
-
-
-def _pending_ids(instance_id: str) -> list[str]:
-    return list(
-        Continuation.objects.filter(instance_id=instance_id, state=ContinuationState.PENDING).values_list(
-            "id", flat=True
-        )
-    )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from core import clock
 from engine.activation import wait_create
-from engine.advance import continuation_create, continuations_advance
+from engine.advance import continuation_create, instance_advance
 from engine.budget import task_step_budget
 from engine.definitions import contract_violation, poll_classify
 from engine.incidents import open_instance_ids
@@ -195,19 +195,22 @@ def _consume(instance_id: str) -> InboxRecord | None:
     record.disposition = disposition
     record.consumed_at = now
     record.save()
-    if any(step.state == StepState.SUCCEEDED and key not in succeeded for key, step in steps.items()):
-        # The step's continuation is applied here, in the same transaction: the next task is
-        # claimable at this commit, not at a later pass's (a full quota leaves it to that pass).
-        continuations_advance(
-            locks=locks,
-            quota=quota_of(locks=locks, definition=definition),
-            instance=instance,
-            gate=gate,
-            definition=definition,
-            steps=steps,
-        )
+    ended = [key for key, step in steps.items() if step.state == StepState.SUCCEEDED and key not in succeeded]
+    if ended:
+        _continue(locks, graph, ended)
     touch(instance, now)
     return record
+
+
+def _continue(locks: LockSet, graph: _Graph, ended: list[str]) -> None:
+    """Advance the graph after the steps a record ended, in the record's transaction: the next task is
+    claimable at this commit, not at a later pass's. A ready step that meets a full quota leaves a
+    PENDING continuation per ended step, which the runner retries."""
+    quota = quota_of(locks=locks, definition=graph.definition)
+    instance, gate, definition, steps = graph.instance, graph.gate, graph.definition, graph.steps
+    if not instance_advance(locks=locks, quota=quota, instance=instance, gate=gate, definition=definition, steps=steps):
+        for key in ended:
+            continuation_create(instance=instance, step_key=key, kind="STEP", now=graph.now)
 
 
 def _quarantine_orphans(locks: LockSet, instance_id: str) -> InboxRecord | None:
@@ -283,7 +286,6 @@ def _succeed(graph: _Graph, step: Step, activation: Activation, spec: dict, outp
     activation.completed_at = now
     step.state = StepState.SUCCEEDED
     step.output = output
-    continuation_create(instance=graph.instance, step_key=step.key, kind="STEP")
     return Disposition.APPLIED
 
 

@@ -227,6 +227,8 @@ def _match_buffered(instance, gate, step, activation, wait, spec, now) -> bool:
         step_spec=spec,
         now=now,
     )
+    if step.state == StepState.SUCCEEDED:
+        continuation_create(instance=instance, step_key=step.key, kind="STEP")
     return True
 
 

@@ -9,7 +9,6 @@ from core import clock, fields
 from core.errors import FailedPrecondition, InvalidArgument
 from core.identity import Identity
 from core.ids import MAX_UINT32
-from engine.advance import continuation_create
 from engine.definitions import contract_violation
 from engine.state import FINISHED, step_enter_review, touch
 from history import idempotency
@@ -214,6 +213,7 @@ def wait_satisfy(
 
     A payload that breaks the step's contract is not corruption: wait, activation, step and
     instance go to NEEDS_REVIEW and the signal is REJECTED (CONTRACT_VIOLATION) — the RearmWait entry.
+    The caller continues the graph after a step that succeeded.
     """
     violation = contract_violation(step_spec=step_spec, value_text=signal.payload)
     if violation is not None:
@@ -242,7 +242,6 @@ def wait_satisfy(
         signal.state = SignalState.CONSUMED
         signal.disposition = Disposition.APPLIED
         signal.consumed_wait = wait
-        continuation_create(instance=instance, step_key=step.key, kind="STEP")
         disposition = Disposition.APPLIED
     for row in (step, activation, wait, signal):
         touch(row, now)

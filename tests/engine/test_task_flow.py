@@ -9,7 +9,7 @@ from core.errors import AlreadyExists, PermissionDenied
 from engine.handlers import claim_execute
 from engine.instances import instance_pause, instance_start
 from engine.results import result_event_publish
-from engine.runner import pass_inbox, pass_lease_expiry, runner_pass
+from engine.runner import pass_continuations, pass_inbox, pass_lease_expiry, runner_pass
 from engine.worker import task_claim, task_complete, task_heartbeat
 from history.idempotency import Receipt
 from history.locking import LockSet
@@ -98,6 +98,30 @@ def test_a_full_quota_starts_no_task_and_leaves_the_step_pending_until_a_permit_
     assert Step.objects.get(instance=waiting, key="a").state == "ACTIVE"
     application, _ = quota_rows()
     assert application.active_tasks == 1 == Task.objects.filter(permit_held=True).count()
+
+
+def test_a_result_advances_its_instance_in_its_own_transaction_or_leaves_a_continuation_when_full(engine):
+    engine.application.max_active_tasks = 1
+    engine.application.save()
+    chain = engine.start(engine.define([task_step("a"), task_step("b", after=["a"])]))
+    engine.settle()
+    engine.work()  # chain's a ends: its permit is free again
+    other = engine.start(engine.define([task_step("a")], name="other"))
+    pass_continuations()  # the other instance's task takes the only permit
+    assert pass_inbox() == 1
+    steps = dict(Step.objects.filter(instance=chain).values_list("key", "state"))
+    assert (steps["a"], steps["b"]) == ("SUCCEEDED", "PENDING")
+    assert list(Continuation.objects.filter(instance=chain, state="PENDING").values_list("step_key", flat=True)) == [
+        "a"
+    ]
+    engine.work()  # the other's task ends; the runner retries the chain's continuation
+    engine.settle()
+    assert Step.objects.get(instance=chain, key="b").state == "ACTIVE"
+    assert engine.reload(other).state == "SUCCEEDED"
+    assert dict(Continuation.objects.filter(instance=chain).values_list("step_key", "state")) == {
+        "$root": "APPLIED",
+        "a": "APPLIED",
+    }
 
 
 def test_claim_takes_the_highest_priority_task_through_an_open_gate_only(engine):
