@@ -7,6 +7,8 @@ transaction holds a namespace's counters only from that point to its commit, so 
 a namespace do not queue behind one another for their whole transaction.
 """
 
+from django.db.models import F
+
 from core.errors import Unavailable
 from history.locking import Level, LockSet
 from history.models import Application, Queue, Task, WorkflowDefinition
@@ -35,12 +37,10 @@ class Quota:
 
     def _locked(self) -> tuple[Application, dict[str, Queue]]:
         if self._rows is None:
-            application_id = self._application_id or (
-                Application.objects.filter(namespace_id=self._namespace_id, name=self._application_name)
-                .values_list("id", flat=True)
-                .first()
-            )
-            application = self._locks.lock_one(Level.APPLICATION, application_id) if application_id else None
+            if self._application_id:
+                application = self._locks.lock_one(Level.APPLICATION, self._application_id)
+            else:
+                application = self._locks.lock_application(self._namespace_id, self._application_name)
             queues = self._locks.lock_queues(self._namespace_id, self._queue_names)
             if application is None or not queues or len(queues) != len(self._queue_names):
                 raise Unavailable(f"{self._owner} references a missing application or queue")
@@ -73,9 +73,27 @@ class Quota:
         return permit_take(locks=self._locks, application=self.application, queue=self.queue(queue_name))
 
     def release(self, task: Task) -> None:
-        """Give back the task's permit, if it holds one (``permit_release``); nothing is locked otherwise."""
-        if task.permit_held:
+        """Give back the task's permit, if it holds one (``permit_release``); nothing is locked otherwise.
+
+        A task's own quota, not yet locked, gives it back with one conditional decrement per row,
+        which takes the row locks in the same statements (no locking read before them).
+        """
+        if not task.permit_held:
+            return
+        if self._rows is not None or not self._application_id or len(self._queue_names) != 1:
             permit_release(locks=self._locks, application=self.application, queue=self.queue_of(task), task=task)
+            return
+        if task.application_id != self._application_id:
+            raise Unavailable(f"task {task.id} is not charged to application {self._application_id}")
+        self._locks.lock_by_write(Level.APPLICATION, self._application_id)
+        applications = Application.objects.filter(pk=self._application_id, active_tasks__gt=0)
+        counted = applications.update(active_tasks=F("active_tasks") - 1)
+        self._locks.lock_by_write(Level.QUEUE, self._queue_names[0])
+        queues = Queue.objects.filter(pk=task.queue_id, namespace_id=self._namespace_id, name=self._queue_names[0])
+        counted += queues.filter(active_tasks__gt=0).update(active_tasks=F("active_tasks") - 1)
+        if counted != 2:
+            raise Unavailable(f"task {task.id}: its application or queue is missing, not its own, or already at zero")
+        task.permit_held = False
 
 
 def quota_of(*, locks: LockSet, definition: WorkflowDefinition) -> Quota:

@@ -95,6 +95,19 @@ class LockSet:
     def lock_one(self, level: Level, pk: str, *, skip_locked: bool = False) -> Model | None:
         return self.lock(level, [pk], skip_locked=skip_locked).get(pk)
 
+    def lock_by_write(self, level: Level, key: object) -> None:
+        """Record the lock an UPDATE of one row of ``level`` is about to take; refused out of order."""
+        self._enter(level, key)
+        self._last_key = key
+
+    def lock_application(self, namespace_id: str, name: str) -> models.Application | None:
+        """Lock a namespace's application by its name (a transaction charges one application)."""
+        self._enter(Level.APPLICATION, None)
+        row = models.Application.objects.select_for_update().filter(namespace_id=namespace_id, name=name).first()
+        if row is not None:
+            self._last_key = row.pk
+        return row
+
     def lock_steps_of(self, instance_id: str) -> dict[str, models.Step]:
         """Lock every step of an instance in one statement; returns them by key.
 

@@ -5,7 +5,7 @@ import pytest
 from django.db import transaction
 
 from core import clock, exactjson
-from core.errors import AlreadyExists, PermissionDenied
+from core.errors import AlreadyExists, PermissionDenied, Unavailable
 from engine.handlers import claim_execute
 from engine.instances import instance_pause, instance_start
 from engine.results import result_event_publish
@@ -15,6 +15,7 @@ from history.idempotency import Receipt
 from history.locking import LockSet
 from history.models import (
     Activation,
+    Application,
     Attempt,
     Continuation,
     Disposition,
@@ -122,6 +123,23 @@ def test_a_result_advances_its_instance_in_its_own_transaction_or_leaves_a_conti
         "$root": "APPLIED",
         "a": "APPLIED",
     }
+
+
+@pytest.mark.parametrize("row", ["application", "queue"])
+def test_a_completion_whose_counter_is_already_zero_is_refused_and_writes_nothing(engine, quota_rows, row):
+    engine.start(engine.define([task_step("a")]))
+    engine.settle()
+    claim = engine.claim()
+    model = Application if row == "application" else Queue
+    model.objects.filter(pk=getattr(claim.task, f"{row}_id")).update(active_tasks=0)
+    command = {"attempt_id": claim.attempt.id, "outcome": "SUCCEEDED", "result": {"ok": True}}
+    with pytest.raises(Unavailable, match="already at zero"):
+        task_complete(identity=engine.identity, task_id=claim.task.id, command=command)
+    task = Task.objects.get(pk=claim.task.id)
+    assert (task.state, task.permit_held, Attempt.objects.get().state) == ("LEASED", True, "RUNNING")
+    application, queues = quota_rows()
+    assert (application.active_tasks, queues["payments"].active_tasks) == ((0, 1) if row == "application" else (1, 0))
+    assert not ResultEvent.objects.exists()
 
 
 def test_claim_takes_the_highest_priority_task_through_an_open_gate_only(engine):
