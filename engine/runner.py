@@ -9,6 +9,7 @@ candidates while the incident is open; every other item goes on.
 
 import datetime as dt
 import logging
+import random
 from collections.abc import Callable, Iterable
 
 from django import db
@@ -328,6 +329,13 @@ def pass_poll_rounds() -> int:
     return _each("poll_rounds", "activation", rows, lambda a, i: atomic_with_retry(lambda: _poll_round(i, a)))
 
 
+def _own_order(items: list) -> list:
+    """Runners side by side read the same candidates; each works through them in an order of its own,
+    so they seldom reach for one instance together (one instance's records still go in order)."""
+    random.shuffle(items)
+    return items
+
+
 def pass_inbox() -> int:
     """Consume PENDING inbox records, oldest first per instance, one record per transaction.
 
@@ -335,7 +343,7 @@ def pass_inbox() -> int:
     consumed in order or not at all.
     """
     consumed = 0
-    for instance_id, seen in instances_with_pending_records(limit=BATCH).items():
+    for instance_id, seen in _own_order(list(instances_with_pending_records(limit=BATCH).items())):
         item = Item("inbox", "inbox_record", lambda i=instance_id: inbox_head_id(instance_id=i), instance_id)
         # As many records as the scan saw: asking for one more would cost a transaction that finds
         # none; a record that arrived since is the next pass's.
@@ -353,7 +361,7 @@ def pass_continuations() -> int:
         .exclude(instance_id__in=open_item_ids("continuations"))
         .values_list("instance_id", flat=True)
     )
-    rows = ((i, i) for i in dict.fromkeys(list(ids[: BATCH * 4])))
+    rows = ((i, i) for i in _own_order(list(dict.fromkeys(ids[: BATCH * 4]))))
     return _each("continuations", "instance", rows, lambda i, _: continuations_apply(instance_id=i))
 
 
