@@ -2,7 +2,8 @@ import datetime as dt
 from dataclasses import replace
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from core import clock, exactjson
 from core.errors import AlreadyExists, PermissionDenied, Unavailable
@@ -12,7 +13,7 @@ from engine.results import result_event_publish
 from engine.runner import pass_continuations, pass_inbox, pass_lease_expiry, runner_pass
 from engine.worker import task_claim, task_complete, task_heartbeat
 from history.idempotency import Receipt
-from history.locking import LockSet
+from history.locking import Level, LockSet
 from history.models import (
     Activation,
     Application,
@@ -415,3 +416,23 @@ def test_a_record_whose_task_left_its_fixed_queue_is_quarantined(engine):
     assert record.state == InboxState.QUARANTINED and "fixed queue" in record.quarantine_reason
     assert engine.reload(instance).state == InstanceState.NEEDS_REVIEW
     assert Step.objects.get(instance=instance, key="a").state == "ACTIVE"
+
+
+def test_a_locked_row_is_the_row_the_queryset_reads_and_saves_nothing_when_unchanged(engine):
+    engine.start(engine.define([task_step("a")]))
+    engine.settle()
+    claim = engine.claim()
+    models = ((Level.INSTANCE, WorkflowInstance), (Level.GATE, Gate), (Level.TASK, Task))
+    keys = {Level.INSTANCE: claim.task.source_instance_id, Level.GATE: claim.task.source_instance_id}
+    keys[Level.TASK] = claim.task.id
+    with transaction.atomic():
+        locks = LockSet()
+        for level, model in models:
+            locked = locks.lock_one(level, keys[level])
+            read = model.objects.get(pk=keys[level])
+            names = [field.attname for field in model._meta.concrete_fields]
+            assert [getattr(locked, name) for name in names] == [getattr(read, name) for name in names]
+            if model is not Gate:  # a row the timeline follows remembers what it was read with
+                with CaptureQueriesContext(connection) as captured:
+                    locked.save()
+                assert len(captured) == 0
