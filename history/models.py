@@ -47,8 +47,8 @@ class Revision(models.PositiveBigIntegerField):
         super().__init__(*args, **kwargs)
 
 
-# Per connection (a thread's own): (model, columns) → its UPDATE statement.
-_UPDATES: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
+# Per connection (a thread's own): the INSERT of a model and the UPDATE of its column sets.
+_STATEMENTS: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
 
 
 def _kept(value):
@@ -84,6 +84,8 @@ class StateFollowed(models.Model):
                 return
         if update_fields and not self._state.adding and not args and not kwargs:
             self._update_columns(list(update_fields))
+        elif self._state.adding and not args and update_fields is None and set(kwargs) <= {"force_insert", "using"}:
+            self._insert_row(kwargs.get("using"))
         else:
             super().save(*args, update_fields=update_fields, **kwargs)
         if as_read is not None:
@@ -96,33 +98,58 @@ class StateFollowed(models.Model):
         """``save(update_fields=names)`` of a stored row, as Django runs it (signals, field preparation, a
         row that must exist), through an ``UPDATE`` built once per column set: rows the engine changes
         are saved this way several times a transaction, and rebuilding the query cost more than running it."""
-        using = self._state.db or router.db_for_write(type(self), instance=self)
-        database = connections[using]
         fields = [self._meta.get_field(name) for name in names]
-        pre_save.send(sender=type(self), instance=self, raw=False, using=using, update_fields=frozenset(names))
-        values = [field.pre_save(self, False) for field in fields]
-        if any(hasattr(value, "resolve_expression") for value in values):
+        if any(hasattr(getattr(self, field.attname), "resolve_expression") for field in fields):
             super().save(update_fields=names)  # an expression is compiled by the query
             return
-        statements = _UPDATES.setdefault(database, {})
+        using = self._state.db or router.db_for_write(type(self), instance=self)
+        database = connections[using]
+        pre_save.send(sender=type(self), instance=self, raw=False, using=using, update_fields=frozenset(names))
+        values = [field.pre_save(self, False) for field in fields]
+        statements = _STATEMENTS.setdefault(database, {})
         columns = tuple(field.column for field in fields)
-        if (type(self), columns) not in statements:
+        if ("UPDATE", type(self), columns) not in statements:
             quote = database.ops.quote_name
             assignments = ", ".join(f"{quote(column)} = %s" for column in columns)
-            statements[type(self), columns] = (
+            statements["UPDATE", type(self), columns] = (
                 f"UPDATE {quote(self._meta.db_table)} SET {assignments} WHERE {quote(self._meta.pk.column)} = %s"
             )
         params = [
             field.get_db_prep_save(value, connection=database) for field, value in zip(fields, values, strict=True)
         ]
         with database.cursor() as cursor:
-            cursor.execute(statements[type(self), columns], [*params, self.pk])
+            cursor.execute(statements["UPDATE", type(self), columns], [*params, self.pk])
             if cursor.rowcount == 0:
                 raise DatabaseError("Save with update_fields did not affect any rows.")
         self._state.db = using
         post_save.send(
             sender=type(self), instance=self, created=False, update_fields=frozenset(names), raw=False, using=using
         )
+
+    def _insert_row(self, using: str | None) -> None:
+        """The ``save()`` that creates a row, as Django runs it for a model whose key is set before it is
+        saved (signals, field preparation, related rows saved first), through one ``INSERT`` per model."""
+        fields = self._meta.local_concrete_fields
+        if any(hasattr(getattr(self, field.attname), "resolve_expression") for field in fields):
+            super().save(force_insert=True, using=using)  # an expression is compiled by the query
+            return
+        using = using or router.db_for_write(type(self), instance=self)
+        database = connections[using]
+        self._prepare_related_fields_for_save(operation_name="save")
+        pre_save.send(sender=type(self), instance=self, raw=False, using=using, update_fields=None)
+        params = [field.get_db_prep_save(field.pre_save(self, True), connection=database) for field in fields]
+        statements = _STATEMENTS.setdefault(database, {})
+        if ("INSERT", type(self)) not in statements:
+            quote = database.ops.quote_name
+            columns = ", ".join(quote(field.column) for field in fields)
+            statements["INSERT", type(self)] = (
+                f"INSERT INTO {quote(self._meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
+            )
+        with database.cursor() as cursor:
+            cursor.execute(statements["INSERT", type(self)], params)
+        self._state.adding = False
+        self._state.db = using
+        post_save.send(sender=type(self), instance=self, created=True, update_fields=None, raw=False, using=using)
 
     @classmethod
     def from_db(cls, db, field_names, values):
