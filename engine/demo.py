@@ -169,14 +169,44 @@ class _Demo:
         runner_settle()
 
 
-def _entry(instance: WorkflowInstance, step_key: str, task: Task | None = None) -> dict:
-    step = Step.objects.get(instance=instance, key=step_key)
-    entry = {"instance_id": instance.id, "step_key": step_key}
-    if task is not None:
-        entry["task_id"] = task.id
+# The step each scenario is about; the scenarios without a task in their entry.
+SCENARIO_STEPS = {
+    "task_unknown": "charge",
+    "task_failed_budget_left": "charge",
+    "poll_request_failed": "settle",
+    "poll_exhausted": "settle",
+    "cancel_unknown": "charge",
+    "signal_rearm": "approve",
+    "poll_pending_review": "settle",
+    "expired_in_review": "charge",
+    "parallel_job_done": "join",
+    "paused": "charge",
+}
+TASKLESS = {"signal_rearm", "parallel_job_done"}
+
+
+def _entry(instance: WorkflowInstance, scenario: str) -> dict:
+    """A scenario's ids: its instance (whose business key names the scenario), step, activation, latest task."""
+    step = Step.objects.get(instance=instance, key=SCENARIO_STEPS[scenario])
+    entry = {"instance_id": instance.id, "step_key": step.key}
     if step.current_activation_id:
+        if scenario not in TASKLESS:
+            task = Task.objects.filter(source_activation_id=step.current_activation_id).order_by("-created_at", "-id")
+            entry["task_id"] = task.values_list("id", flat=True).first()
         entry["activation_id"] = step.current_activation_id
     return entry
+
+
+def demo_existing(*, namespace: str = "demo") -> dict | None:
+    """The scenarios an earlier run seeded in ``namespace``, as ``demo_run`` returns them; None if it holds none."""
+    found = Namespace.objects.filter(name=namespace).values_list("id", flat=True).first()
+    instances = {
+        instance.business_key: instance
+        for instance in WorkflowInstance.objects.filter(namespace_id=found, business_key__in=SCENARIOS)
+    }
+    if found is None or set(instances) != set(SCENARIOS):
+        return None
+    return {"namespace": namespace, "scenarios": {name: _entry(instances[name], name) for name in SCENARIOS}}
 
 
 def _free_namespace_name(wanted: str) -> str:
@@ -191,68 +221,76 @@ def demo_run(*, namespace: str = "demo") -> dict:
     """Create the demo namespace, its definitions and one instance per scenario; returns their ids.
 
     ``{"namespace": name, "scenarios": {name: {instance_id, step_key, task_id?, activation_id?}}}``.
-    A namespace that already exists gets a numbered sibling (``demo-2``) so each run is fresh.
+    A namespace that already exists gets a numbered sibling (``demo-2``) so each run is fresh. Each
+    instance's business key is its scenario's name, which is how ``demo_existing`` finds them again.
     """
     clock.set_offset(START_OFFSET)
     try:
         demo = _Demo(_free_namespace_name(namespace))
         scenarios: dict[str, dict] = {}
 
-        instance = demo.start("demo-task-hang", {"payment": "p-1", "amount": exactjson.Number("10.50")})
-        claim = demo.claim(instance, TASKS)
+        instance = demo.start(
+            "demo-task-hang", {"payment": "p-1", "amount": exactjson.Number("10.50")}, business_key="task_unknown"
+        )
+        demo.claim(instance, TASKS)
         demo.expire_lease()
-        scenarios["task_unknown"] = _entry(instance, "charge", claim.task)
+        scenarios["task_unknown"] = _entry(instance, "task_unknown")
 
-        instance = demo.start("demo-task-fail", {"payment": "p-2"})
-        claim = demo.run(instance, TASKS)
-        scenarios["task_failed_budget_left"] = _entry(instance, "charge", claim.task)
+        instance = demo.start("demo-task-fail", {"payment": "p-2"}, business_key="task_failed_budget_left")
+        demo.run(instance, TASKS)
+        scenarios["task_failed_budget_left"] = _entry(instance, "task_failed_budget_left")
 
-        instance = demo.start("demo-poll-fail", {"transfer": "t-1"})
-        claim = demo.run(instance, POLLS)
-        scenarios["poll_request_failed"] = _entry(instance, "settle", claim.task)
+        instance = demo.start("demo-poll-fail", {"transfer": "t-1"}, business_key="poll_request_failed")
+        demo.run(instance, POLLS)
+        scenarios["poll_request_failed"] = _entry(instance, "poll_request_failed")
 
-        instance = demo.start("demo-poll-pending", {"transfer": "t-2", "pending_rounds": 5})
+        instance = demo.start(
+            "demo-poll-pending", {"transfer": "t-2", "pending_rounds": 5}, business_key="poll_exhausted"
+        )
         demo.run(instance, POLLS)
         clock.advance(dt.timedelta(seconds=61))
         runner_settle()
-        claim = demo.run(instance, POLLS)
-        scenarios["poll_exhausted"] = _entry(instance, "settle", claim.task)
+        demo.run(instance, POLLS)
+        scenarios["poll_exhausted"] = _entry(instance, "poll_exhausted")
 
-        instance = demo.start("demo-task-hang", {"payment": "p-3"})
-        claim = demo.claim(instance, TASKS)
+        instance = demo.start("demo-task-hang", {"payment": "p-3"}, business_key="cancel_unknown")
+        demo.claim(instance, TASKS)
         demo.control(instance_cancel, instance, "weave_demo: the customer withdrew the order")
         demo.expire_lease()
-        scenarios["cancel_unknown"] = _entry(instance, "charge", claim.task)
+        scenarios["cancel_unknown"] = _entry(instance, "cancel_unknown")
 
-        instance = demo.start("demo-approval", {"order": "o-1"}, business_key="order-1")
-        demo.signal(instance, "approve", "approval", {"approved": "yes"}, "order-1")
-        scenarios["signal_rearm"] = _entry(instance, "approve")
+        instance = demo.start("demo-approval", {"order": "o-1"}, business_key="signal_rearm")
+        demo.signal(instance, "approve", "approval", {"approved": "yes"}, "signal_rearm")
+        scenarios["signal_rearm"] = _entry(instance, "signal_rearm")
 
-        instance = demo.start("demo-poll-review", {"transfer": "t-3", "pending_rounds": 2})
+        instance = demo.start(
+            "demo-poll-review", {"transfer": "t-3", "pending_rounds": 2}, business_key="poll_pending_review"
+        )
         demo.run(instance, POLLS)
         clock.advance(dt.timedelta(seconds=61))
         runner_settle()
-        claim = demo.claim(instance, POLLS)  # round 2: the query hangs and its lease expires
+        demo.claim(instance, POLLS)  # round 2: the query hangs and its lease expires
         demo.expire_lease()
-        scenarios["poll_pending_review"] = _entry(instance, "settle", claim.task)
+        scenarios["poll_pending_review"] = _entry(instance, "poll_pending_review")
 
-        instance = demo.start("demo-task-fail", {"payment": "p-4"}, deadline_seconds=3600)
-        claim = demo.run(instance, TASKS)
+        instance = demo.start(
+            "demo-task-fail", {"payment": "p-4"}, deadline_seconds=3600, business_key="expired_in_review"
+        )
+        demo.run(instance, TASKS)
         clock.advance(dt.timedelta(hours=1, minutes=1))
         runner_settle()
-        scenarios["expired_in_review"] = _entry(instance, "charge", claim.task)
+        scenarios["expired_in_review"] = _entry(instance, "expired_in_review")
 
-        instance = demo.start("demo-parallel-job", {"job": "j-1"}, business_key="job-1")
-        demo.signal(instance, "right", "right-done", {"rows": 20}, "job-1")  # early: buffered
+        instance = demo.start("demo-parallel-job", {"job": "j-1"}, business_key="parallel_job_done")
+        demo.signal(instance, "right", "right-done", {"rows": 20}, "parallel_job_done")  # early: buffered
         demo.run(instance, TASKS)
-        demo.signal(instance, "left", "left-done", {"rows": 10}, "job-1")
+        demo.signal(instance, "left", "left-done", {"rows": 10}, "parallel_job_done")
         demo.run(instance, TASKS)
-        scenarios["parallel_job_done"] = _entry(instance, "join")
+        scenarios["parallel_job_done"] = _entry(instance, "parallel_job_done")
 
-        instance = demo.start("demo-echo", {"payment": "p-5"})
+        instance = demo.start("demo-echo", {"payment": "p-5"}, business_key="paused")
         demo.control(instance_pause, instance, "weave_demo: paused for maintenance")
-        task = Task.objects.get(source_instance_id=instance.id)
-        scenarios["paused"] = _entry(instance, "charge", task)
+        scenarios["paused"] = _entry(instance, "paused")
         return {"namespace": demo.namespace.name, "scenarios": scenarios}
     finally:
         clock.set_offset(dt.timedelta(0))

@@ -14,15 +14,15 @@ if [ -z "${WEAVE_SECRET_KEY:-}" ]; then
   WEAVE_SECRET_KEY="$(cat var/secret_key)"
   export WEAVE_SECRET_KEY
 fi
-fresh=false
-[ -n "${WEAVE_DATABASE_URL:-}" ] || [ -f var/weave.sqlite3 ] || fresh=true
+echo "== migrating the database"
 python manage.py migrate --no-input -v0
-if $fresh; then
-  echo "== seeding the demo scenarios"
-  python manage.py weave_demo
-fi
+# Seeds the scenarios on the first run; later runs list the ones already there.
+echo "== the demo scenarios"
+python manage.py weave_demo
+# The login and token are kept in var/ and shown again while they still work against this database.
+echo "== the operator's login and API token"
 python manage.py weave_bootstrap --namespace demo --actor operator --workflow-audit-access --recover-access \
-  --admin-user admin --group operators --group auditors --reset-password
+  --admin-user admin --group operators --group auditors --reset-password --remember var/demo_login.json
 
 # Stop the background with the server (Ctrl-C).
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT

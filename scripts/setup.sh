@@ -13,7 +13,7 @@ if [ "$(id -u)" = 0 ] && command -v dpkg >/dev/null; then
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
   done
   if [ ${#missing[@]} -gt 0 ]; then
-    echo "setup: installing ${missing[*]}"
+    echo "setup: installing the system packages ${missing[*]} (apt-get)"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
@@ -28,9 +28,11 @@ inputs=(requirements.txt "$requirements")
 [ -f sdk/pyproject.toml ] && inputs+=(sdk/pyproject.toml)
 want=$(cat "${inputs[@]}" | sha256sum | cut -c1-16)
 if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating the virtualenv .venv"
   "$python" -m venv .venv
 fi
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing the Python packages of $requirements (a minute or two the first time)"
   .venv/bin/pip install -q --disable-pip-version-check -r "$requirements"
   [ -f sdk/pyproject.toml ] && .venv/bin/pip install -q --disable-pip-version-check -e sdk
   echo "$want" > "$stamp"

@@ -219,3 +219,38 @@ def test_no_token_makes_a_login_only():
     summary = _login("--group", "operators", "--no-token")
     assert summary["token"] is None and Credential.objects.count() == 0
     assert Group.objects.get(name="operators").user_set.filter(username="pat").exists()
+
+
+def test_remember_keeps_the_login_and_token_while_they_work_and_replaces_them_when_they_do_not(tmp_path, client):
+    kept = tmp_path / "var" / "login.json"
+    args = ("--recover-access", "--reset-password", "--remember", str(kept))
+    first = _login(*args)
+    assert kept.stat().st_mode & 0o777 == 0o600 and json.loads(kept.read_text()) == first
+    client.force_login(User.objects.get(username="pat"))
+    before = _tables()
+
+    again = _login(*args)
+    assert again == first and _tables() == before  # no new credential, the password hash (and sessions) kept
+    assert client.get("/admin/").status_code == 200
+    assert client.get("/v1/workflows", HTTP_AUTHORIZATION=f"Bearer {first['token']}").status_code == 200
+
+    Credential.objects.filter(pk=first["credential_id"]).update(revoked_at="2026-01-01T00:00:00Z")
+    renewed = _login(*args)
+    assert renewed["credential_id"] != first["credential_id"] and renewed["admin_password"] != first["admin_password"]
+    assert json.loads(kept.read_text()) == renewed
+
+    other = _bootstrap("--namespace", "acme", "--actor", "sam", "--remember", str(kept))
+    assert other["actor_id"] != renewed["actor_id"] and other["token"] != renewed["token"]
+
+
+def test_remember_prints_the_kept_login_again_in_words(tmp_path):
+    kept = tmp_path / "login.json"
+    args = ("--namespace", "acme", "--actor", "pat", "--admin-user", "pat", "--reset-password", "--remember", str(kept))
+    out = StringIO()
+    call_command("weave_bootstrap", *args, stdout=out)
+    first = json.loads(kept.read_text())
+    out = StringIO()
+    call_command("weave_bootstrap", *args, stdout=out)
+    text = out.getvalue()
+    assert f"token (kept in {kept}): {first['token']}" in text
+    assert f"admin login: pat / {first['admin_password']} (unchanged since the last run)" in text

@@ -10,6 +10,7 @@ from history.models import (
     Attempt,
     Gate,
     InstanceState,
+    Namespace,
     Signal,
     Step,
     Task,
@@ -88,3 +89,18 @@ def test_weave_demo_json_reaches_every_scenario_in_its_documented_state_and_chec
     assert invariants_check() == []
     assert WorkflowInstance.objects.filter(updated_at__gt=clock.now()).count() == 0
     call_command("weave_check")
+
+
+def test_weave_demo_again_lists_the_scenarios_it_seeded_and_seeds_nothing(db, capsys):
+    call_command("weave_demo", "--json")
+    first = json.loads(capsys.readouterr().out)
+    rows = WorkflowInstance.objects.count()
+    call_command("weave_demo", "--json")
+    assert json.loads(capsys.readouterr().out) == first
+    assert WorkflowInstance.objects.count() == rows and list(Namespace.objects.values_list("name", flat=True)) == [
+        "demo"
+    ]
+    call_command("weave_demo")
+    listed = capsys.readouterr().out
+    assert listed.startswith("namespace demo\n")
+    assert all(f"{name:24} instance {entry['instance_id']}" in listed for name, entry in first["scenarios"].items())

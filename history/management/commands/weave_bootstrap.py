@@ -1,12 +1,15 @@
 import json
+import os
 import secrets
+from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from history.credentials import credential_issue
+from core.errors import Unauthenticated
+from history.credentials import credential_authenticate, credential_issue
 from history.groups import GROUPS, groups_ensure
 from history.models import Namespace, Operator, Queue, Scope
 from history.tenancy import actor_id_for, is_name, namespace_ensure
@@ -70,6 +73,15 @@ class Command(BaseCommand):
             "--reset-password", action="store_true", help="give an existing admin login a new password and print it"
         )
         parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+        parser.add_argument(
+            "--remember",
+            metavar="FILE",
+            default=None,
+            help=(
+                "keep the issued token and admin password in FILE (readable by this user only); while they still "
+                "work against this database, a later run prints them again and changes nothing (the demo's login)"
+            ),
+        )
 
     def handle(self, *args, **options):
         namespace = options["namespace"]
@@ -88,6 +100,10 @@ class Command(BaseCommand):
                 if options[flag]:
                     raise CommandError(f"--{flag.replace('_', '-')}: only with --admin-user")
 
+        remembered = _kept(options["remember"], username, namespace, actor_id_for(namespace, actor))
+        if remembered is not None:
+            self._print(remembered, options, username, again=True)
+            return
         with transaction.atomic():
             self._queues_exist(namespace, queue_names, options["create_queue"])
             ns, app, _ = namespace_ensure(name=namespace, application=options["application"], queues=queue_names)
@@ -121,19 +137,30 @@ class Command(BaseCommand):
                 "admin_groups": login["groups"],
                 "admin_queues": login["queues"],
             }
+        if options["remember"]:
+            _keep(options["remember"], summary)
+        self._print(summary, options, username, again=False)
+
+    def _print(self, summary: dict, options, username: str | None, *, again: bool) -> None:
         if options["json"]:
             self.stdout.write(json.dumps(summary))
             return
-        if issued is None:
+        actor, namespace = options["actor"].strip(), summary["namespace"]
+        if summary["token"] is None:
             self.stdout.write(f"no API token for {actor} in {namespace} (ask with --token-scopes)")
         else:
             self.stdout.write(f"credential {summary['credential_id']} for {actor} in {namespace}")
-            self.stdout.write(f"scopes: {', '.join(summary['scopes'])}; queues: {queue_access}")
-            self.stdout.write(f"token (shown once): {issued.token}")
-        if login is not None:
-            password = login["password"] or "(unchanged; --reset-password for a new one)"
-            self.stdout.write(f"admin login: {username} / {password}")
-            self.stdout.write(f"admin groups: {', '.join(login['groups']) or '-'}; queues: {login['queues']}")
+            self.stdout.write(f"scopes: {', '.join(summary['scopes'])}; queues: {summary['queues']}")
+            shown = f"kept in {options['remember']}" if options["remember"] else "shown once"
+            self.stdout.write(f"token ({shown}): {summary['token']}")
+        if username is not None:
+            password = summary["admin_password"] or "(unchanged; --reset-password for a new one)"
+            self.stdout.write(
+                f"admin login: {username} / {password}{' (unchanged since the last run)' if again else ''}"
+            )
+            self.stdout.write(
+                f"admin groups: {', '.join(summary['admin_groups']) or '-'}; queues: {summary['admin_queues']}"
+            )
 
     def _queues(self, options) -> tuple[str | list[str], list[str]]:
         queues_arg = options["queues"].strip()
@@ -233,6 +260,38 @@ class Command(BaseCommand):
         user.groups.add(*Group.objects.filter(name__in=named))
         groups = sorted(user.groups.values_list("name", flat=True))
         return {"password": password, "groups": groups, "queues": queues}
+
+
+def _kept(path: str | None, username: str | None, namespace: str, actor_id: str) -> dict | None:
+    """The summary kept in ``path`` if it is this actor's and its token and password still work here, else None."""
+    if path is None:
+        return None
+    try:
+        summary = json.loads(Path(path).read_text())
+        if (summary["namespace"], summary["actor_id"]) != (namespace, actor_id):
+            return None
+        if summary["token"] is not None:
+            credential_authenticate(token=summary["token"])
+        if username is not None:
+            user = get_user_model().objects.filter(username=username, is_active=True, is_staff=True).first()
+            if (
+                summary.get("admin_user") != username
+                or user is None
+                or not user.check_password(summary["admin_password"])
+            ):
+                return None
+    except (OSError, ValueError, KeyError, TypeError, Unauthenticated):
+        return None
+    return summary
+
+
+def _keep(path: str, summary: dict) -> None:
+    """Write the summary for this user only (it holds a token and a password)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(json.dumps(summary))
 
 
 def _flag_option(scope: Scope) -> str:
