@@ -35,6 +35,7 @@ from console.forms import (
     recovery_form_class,
 )
 from console.graph import step_graph_svg
+from console.links import operation_link
 from core.errors import Aborted, InvalidArgument, WeaveError
 from core.identity import identity_of_user
 from core.ids import ROOT_STEP_KEY
@@ -48,11 +49,6 @@ from history.selectors.instance_page import NEWEST_FIRST, instance_page
 from history.selectors.instances import task_attempts
 from recovery.eligibility import instance_eligibility, operation_preview
 from recovery.operations import OPERATIONS
-
-admin.site.site_header = "Weave operations"
-admin.site.site_title = "Weave operations"
-admin.site.index_title = "Workflow engine"
-
 
 PERMISSIONS = {
     "recover": "history.recover_workflowinstance",
@@ -263,7 +259,8 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
         ("updated_at", admin.DateFieldListFilter),
         ("created_at", admin.DateFieldListFilter),
     )
-    search_fields = ("=id", "=business_key")
+    # Prefixes (LIKE 'x%'), each an index range: the primary key, and (namespace, business key).
+    search_fields = ("^id", "^business_key")
     ordering = ("-updated_at",)
     instance_template = "admin/console/instance_page.html"
     actions = ["continue_selected", "retry_step_selected"]
@@ -308,11 +305,11 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
         tasks = {t.id: t for view in page.steps for a in view.activations for t in a.tasks}
         for view in page.steps:
             view.operations = [
-                self._button(instance, view.step, name, entry, tasks)
+                operation_link(instance, view.step, name, entry, tasks)
                 for name, entry in eligibility["steps"].get(view.step.key, {}).items()
             ]
         context["instance_operations"] = [
-            self._button(instance, None, op.name, eligibility[op.name], tasks)
+            operation_link(instance, None, op.name, eligibility[op.name], tasks)
             for op in OPERATIONS.values()
             if op.target == "instance"
         ]
@@ -363,26 +360,6 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
 
     def _instance_url(self, instance_id: str) -> str:
         return reverse("admin:history_workflowinstance_change", args=[instance_id])
-
-    # ---- the instance page's operation links ---------------------------------------------
-
-    def _button(
-        self, instance, step: models.Step | None, name: str, entry: dict, tasks: dict[str, models.Task]
-    ) -> dict:
-        query = {"revision": instance.revision}
-        if step is not None:
-            query |= {"step": step.key, "step_revision": step.revision, "activation": step.current_activation_id or ""}
-        if entry.get("task_id"):
-            task = tasks.get(entry["task_id"])
-            query |= {"task": entry["task_id"], "task_revision": task.revision if task else ""}
-        url = reverse("admin:history_workflowinstance_recovery", args=[instance.id, name])
-        return {
-            "name": name,
-            "title": OPERATIONS[name].title,
-            "possible": entry["possible"],
-            "reason": entry.get("reason", ""),
-            "url": f"{url}?{'&'.join(f'{k}={v}' for k, v in query.items())}",
-        }
 
     def get_urls(self):
         view = self.admin_site.admin_view

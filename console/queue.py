@@ -1,0 +1,111 @@
+"""The console's home: the instances in review, oldest first, with the one next operation each.
+
+The counts are the review summary of the instance query (one index-only count per cause and per
+definition); the rows are one range read of the review index, oldest review first. Each row's
+next operation is the first one its eligibility (the same checks as the commit) says is possible.
+"""
+
+from dataclasses import dataclass
+
+from django.db.models import Q
+from django.urls import reverse
+from django.utils.http import urlencode
+
+from console.links import operation_link
+from core import clock
+from core.identity import identity_of_user
+from history.models import InstanceState, ReviewCause, Step, Task, TaskState, WorkflowInstance
+from history.selectors.access import visible_rows
+from history.selectors.instance_list import review_summary
+from recovery.eligibility import instance_eligibility
+from recovery.operations import OPERATIONS
+
+ROWS = 25
+# Which possible operation a row offers first: the ones that keep the step's work going before
+# concluding it by hand (ResolveStep), which is always possible once the step is in review.
+PREFERENCE = ("review-task", "retry-step", "continue-poll", "rearm-wait", "resolve-step")
+# The query parameters the queue reads, named as the instance query's (GET /v1/workflows) are.
+FILTERS = ("review_cause", "definition", "q")
+
+
+@dataclass
+class QueueRow:
+    instance: WorkflowInstance
+    age: str
+    next_operation: dict | None
+
+
+def review_queue(request) -> dict | None:
+    """The queue's counts, filters and oldest rows for this user, or None for a user without an identity."""
+    identity = identity_of_user(request.user)
+    if identity is None or not request.user.has_perm("history.view_workflowinstance"):
+        return None
+    chosen = {name: request.GET.get(name, "").strip() for name in FILTERS}
+    rows = visible_rows(WorkflowInstance.objects.filter(state=InstanceState.NEEDS_REVIEW), identity)
+    error = None
+    if chosen["review_cause"]:
+        if chosen["review_cause"] not in ReviewCause.values:
+            error = f"review_cause: {chosen['review_cause']!r} is not a review cause"
+            rows = rows.none()
+        else:
+            rows = rows.filter(review_cause=chosen["review_cause"])
+    if chosen["definition"]:
+        rows = rows.filter(definition__name=chosen["definition"])
+    if chosen["q"]:
+        # An id prefix or a business key prefix, as the changelist's search reads it.
+        rows = rows.filter(Q(id__startswith=chosen["q"]) | Q(business_key__startswith=chosen["q"]))
+    oldest = list(rows.select_related("definition").order_by("review_since", "id")[: ROWS + 1])
+    may_recover = request.user.has_perm("history.recover_workflowinstance")
+    summary = review_summary(identity=identity)
+    return {
+        "total": summary.total,
+        "causes": [
+            (cause, ReviewCause(cause).label if cause in ReviewCause.values else "", n) for cause, n in summary.causes
+        ],
+        "definitions": summary.definitions,
+        "truncated": summary.definitions_truncated,
+        "chosen": chosen,
+        "error": error,
+        "filtered": any(chosen.values()),
+        "rows": [_row(instance, identity, may_recover) for instance in oldest[:ROWS]],
+        "more": len(oldest) > ROWS,
+        "rows_cap": ROWS,
+        "changelist": reverse("admin:history_workflowinstance_changelist")
+        + "?"
+        + urlencode({"state__exact": "NEEDS_REVIEW"}),
+    }
+
+
+def _row(instance: WorkflowInstance, identity, may_recover: bool) -> QueueRow:
+    return QueueRow(
+        instance=instance,
+        age=_age(clock.now() - instance.review_since) if instance.review_since else "",
+        next_operation=_next_operation(instance, identity) if may_recover else None,
+    )
+
+
+def _next_operation(instance: WorkflowInstance, identity) -> dict | None:
+    """The first operation the eligibility offers: the review step's, then the other steps', then Continue."""
+    eligibility = instance_eligibility(identity=identity, instance_id=instance.id)
+    steps = {step.key: step for step in Step.objects.filter(instance_id=instance.id)}
+    keys = sorted(eligibility["steps"], key=lambda key: (key != instance.review_step_key, key))
+    tasks = {
+        task.id: task for task in Task.objects.filter(source_instance_id=instance.id, state=TaskState.NEEDS_REVIEW)
+    }
+    for key in keys:
+        for name in PREFERENCE:
+            entry = eligibility["steps"][key][name]
+            if entry["possible"]:
+                return operation_link(instance, steps[key], name, entry, tasks)
+    for op in OPERATIONS.values():
+        if op.target == "instance" and eligibility[op.name]["possible"]:
+            return operation_link(instance, None, op.name, eligibility[op.name], tasks)
+    return None
+
+
+def _age(elapsed) -> str:
+    """Whole days, hours and minutes, the two largest that are not zero ("2 d 3 h", "5 h 12 min", "4 min")."""
+    minutes = int(elapsed.total_seconds() // 60)
+    parts = [(minutes // 1440, "d"), (minutes // 60 % 24, "h"), (minutes % 60, "min")]
+    shown = [f"{n} {unit}" for n, unit in parts if n][:2]
+    return " ".join(shown) or "< 1 min"

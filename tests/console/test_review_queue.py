@@ -1,0 +1,92 @@
+"""The console's home: the review queue (counts, order, filters, the next operation) and the tables by purpose."""
+
+import datetime as dt
+import re
+
+import pytest
+from django.contrib import admin
+
+from history.models import WorkflowInstance
+from tests.states import task_failed_state, task_unknown_state
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def queue(tenancy):
+    """Two instances in review, the lease expiry first (the older review), then the failed task."""
+    unknown = task_unknown_state(tenancy)
+    failed = task_failed_state(tenancy)
+    since = WorkflowInstance.objects.get(pk=unknown.instance.id).review_since
+    WorkflowInstance.objects.filter(pk=failed.instance.id).update(
+        business_key="refund-77", review_since=since + dt.timedelta(hours=2, minutes=5)
+    )
+    return unknown.instance, failed.instance
+
+
+def _home(client, query: str = "") -> str:
+    response = client.get(f"/admin/{query}")
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def _rows(html: str) -> list[str]:
+    return re.findall(r'<tr data-instance="([^"]+)">', html)
+
+
+def test_the_home_lists_the_instances_in_review_oldest_first_with_counts_and_each_next_operation(
+    client, console_user, queue
+):
+    unknown, failed = queue
+    client.force_login(console_user("olga", "operators"))
+    html = _home(client)
+    assert "2 instances in review" in html
+    assert _rows(html) == [unknown.id, failed.id]
+    causes = dict(re.findall(r'data-cause="(\w+)">\w+</a> <strong data-count>(\d+)</strong>', html))
+    assert causes == {"task_outcome_unknown": "1", "task_failed_budget_left": "1"}
+    row = {instance: html.split(f'data-instance="{instance}"')[1].split("</tr>")[0] for instance in _rows(html)}
+    assert 'data-operation="review-task"' in row[unknown.id] and "in review for" in html
+    assert 'data-operation="retry-step"' in row[failed.id]
+    link = re.search(r'href="([^"]+)" data-operation="retry-step"', row[failed.id]).group(1).replace("&amp;", "&")
+    form = client.get(link).content.decode()
+    assert f'name="expected_revision" value="{failed.revision}"' in form
+
+
+def test_the_queue_filters_by_cause_definition_and_id_or_business_key_prefix_and_names_a_bad_filter(
+    client, console_user, queue
+):
+    unknown, failed = queue
+    client.force_login(console_user("olga", "operators"))
+    assert _rows(_home(client, "?review_cause=task_outcome_unknown")) == [unknown.id]
+    assert _rows(_home(client, f"?q={failed.id[:12]}")) == [failed.id]
+    assert _rows(_home(client, "?q=refund-7")) == [failed.id]
+    assert _rows(_home(client, f"?definition={failed.definition.name}")) == [
+        i.id for i in queue if i.definition.name == failed.definition.name
+    ]
+    html = _home(client, "?review_cause=bogus")
+    assert _rows(html) == [] and "review_cause: &#x27;bogus&#x27; is not a review cause" in html
+    assert "Nothing in review matches these filters." in html
+
+
+def test_an_auditor_sees_the_queue_without_operations(client, console_user, queue):
+    client.force_login(console_user("audrey", "auditors"))
+    html = _home(client)
+    assert len(_rows(html)) == 2 and "data-operation=" not in html
+
+
+def test_the_tables_are_grouped_by_purpose_and_each_appears_once(admin_client):
+    html = _home(admin_client)
+    headings = re.findall(r'class="section" title="[^"]*">([^<]+)</a>', html)
+    assert headings == ["Work", "Engine records", "Audit", "Access"]
+    registered = {model._meta.verbose_name_plural.capitalize() for model in admin.site._registry}
+    listed = re.findall(r'<th scope="row" id="[^"]+">\s*<a href="[^"]+">([^<]+)</a>', html)
+    assert sorted(listed) == sorted(registered)
+
+
+def test_the_instance_changelist_searches_id_and_business_key_prefixes(client, console_user, queue):
+    unknown, failed = queue
+    client.force_login(console_user("olga", "operators"))
+    url = "/admin/history/workflowinstance/"
+    for term, found in ((unknown.id[:10], unknown.id), ("refund-7", failed.id)):
+        html = client.get(url, {"q": term}).content.decode()
+        assert found in html and (unknown.id if found == failed.id else failed.id) not in html
