@@ -13,9 +13,9 @@ from api.history_views import next_cursor
 from api.instance_filters import instance_query
 from api.params import list_params, page_params, path_id
 from api.permissions import Authenticated, scope_required
-from api.request_id import request_id_of
 from core import exactjson
 from core.errors import InvalidArgument
+from core.request_id import request_id_of
 from core.times import format_optional_time, format_time
 from engine.commands import id_argument
 from engine.instances import instance_cancel, instance_pause, instance_resume, instance_start

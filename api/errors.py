@@ -7,8 +7,8 @@ from django.http import Http404, JsonResponse
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
-from api.request_id import request_id_of
 from core import errors
+from core.request_id import request_id_of
 
 logger = logging.getLogger("weave.api")
 

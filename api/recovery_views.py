@@ -18,9 +18,9 @@ from rest_framework.views import APIView
 
 from api import openapi, schema
 from api.permissions import scope_required
-from api.request_id import request_id_of
 from core import exactjson
 from core.ids import ID_PATTERN
+from core.request_id import request_id_of
 from history import idempotency
 from history.models import Scope
 from recovery.commands import NOT_NULL

@@ -1,7 +1,7 @@
 from rest_framework.renderers import BaseRenderer
 
-from api.request_id import request_id_of
 from core import exactjson
+from core.request_id import request_id_of
 
 
 class ExactJSONRenderer(BaseRenderer):

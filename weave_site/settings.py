@@ -89,7 +89,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "api.request_id.RequestIdMiddleware",
+    "core.request_id.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -199,6 +199,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# weave_site/formats/en: times to the second, 24-hour, with the zone, wherever Django formats one.
+FORMAT_MODULE_PATH = ["weave_site.formats"]
 
 # Input limits (core/limits.py): a larger request body is refused with 413 before it is read;
 # one client JSON value (input, result, payload) is stored only up to this many UTF-8 bytes.
