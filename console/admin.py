@@ -47,6 +47,7 @@ from core.ids import ROOT_STEP_KEY
 from core.request_id import request_id_of
 from engine.instances import instance_cancel, instance_pause, instance_resume
 from engine.signals import signal_accept
+from engine.state import FINISHED
 from history import models
 from history.events import KINDS
 from history.selectors.access import INSTANCE_NOT_FOUND, visible_rows
@@ -164,6 +165,23 @@ class QueueFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         return queryset.filter(queue_id=self.value()) if self.value() else queryset
+
+
+def _controls(instance: models.WorkflowInstance) -> list[dict]:
+    """The control actions that can succeed on the instance as read (the services refuse the others)."""
+    if instance.state in FINISHED:
+        return []
+    actions = ["resume" if instance.paused else "pause"]
+    if not instance.stop_kind:
+        actions.append("cancel")
+    return [
+        {
+            "action": action,
+            "url": reverse("admin:history_workflowinstance_control", args=[instance.id, action])
+            + f"?control_revision={instance.control_revision}",
+        }
+        for action in actions
+    ]
 
 
 def scoped(request, queryset):
@@ -300,7 +318,7 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             "page": page,
             "graph": step_graph_svg(instance.definition.spec.get("steps", []), states),
             "with_audit": with_audit,
-            "can_control": user.has_perm(PERMISSIONS["control"]),
+            "controls": _controls(instance) if user.has_perm(PERMISSIONS["control"]) else [],
             "can_signal": user.has_perm(PERMISSIONS["signal"]),
             "timeline": self._timeline_context(page, events, events_before),
         }
@@ -313,6 +331,7 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             view.operations = [
                 operation_link(instance, view.step, name, entry, tasks)
                 for name, entry in eligibility["steps"].get(view.step.key, {}).items()
+                if not OPERATIONS[name].step_kinds or view.step.kind in OPERATIONS[name].step_kinds
             ]
         context["instance_operations"] = [
             operation_link(instance, None, op.name, eligibility[op.name], tasks)

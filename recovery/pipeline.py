@@ -84,6 +84,8 @@ class Operation(abc.ABC):
     title: str  # the console's name of it, e.g. "Retry step"
     target: str  # what the command names inside the instance: "task", "step" or "instance"
     command_class: type[Command]
+    # The step kinds it applies to (empty: every kind); a step of another kind never qualifies.
+    step_kinds: tuple[str, ...] = ()
     # It creates a task, so it can meet a full application or queue quota (RESOURCE_EXHAUSTED).
     takes_quota: bool = False
     # The command fields an eligibility judges it with, beyond the revisions it reads and the declaration.

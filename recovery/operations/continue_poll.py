@@ -107,12 +107,13 @@ class ContinuePoll(Operation):
     name = "continue-poll"
     title = "Continue poll"
     target = "step"
+    step_kinds = (StepKind.POLL,)
     command_class = ContinuePollCommand
 
     def check(self, ctx: Context, command: ContinuePollCommand) -> ContinuePollPlan:
         history = step_decision_resolve(ctx, command)
         step, current = history.step, history.current
-        if step.kind != StepKind.POLL:
+        if step.kind not in self.step_kinds:
             raise FailedPrecondition(f"ContinuePoll applies to POLL steps; {step.key!r} is {step.kind}")
         if current.state != ActivationState.NEEDS_REVIEW:
             raise FailedPrecondition(f"activation {current.sequence} is {current.state}, not NEEDS_REVIEW")

@@ -41,6 +41,7 @@ class RearmWait(Operation):
     name = "rearm-wait"
     title = "Rearm wait"
     target = "step"
+    step_kinds = (StepKind.SIGNAL, StepKind.TIMER)
     command_class = RearmWaitCommand
 
     def check(self, ctx: Context, command: RearmWaitCommand) -> RearmPlan:
@@ -48,7 +49,7 @@ class RearmWait(Operation):
         step, current = history.step, history.current
         if step.kind == StepKind.POLL:
             raise FailedPrecondition("a POLL step's final-signal wait is recovered by RetryStep, not RearmWait")
-        if step.kind not in (StepKind.SIGNAL, StepKind.TIMER):
+        if step.kind not in self.step_kinds:
             raise FailedPrecondition(f"RearmWait applies to SIGNAL and TIMER steps; {step.key!r} is {step.kind}")
         if step.state == StepState.SUCCEEDED or step_conclusion(step) == "SUCCEEDED":
             raise FailedPrecondition(f"step {step.key!r} succeeded: a succeeded step is never re-run")

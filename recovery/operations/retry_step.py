@@ -239,13 +239,14 @@ class RetryStep(Operation):
     name = "retry-step"
     title = "Retry step"
     target = "step"
+    step_kinds = (StepKind.TASK, StepKind.POLL)
     command_class = RetryStepCommand
     takes_quota = True
 
     def check(self, ctx: Context, command: RetryStepCommand) -> RetryPlan | RearmPlan:
         history = step_decision_resolve(ctx, command)
         step, current = history.step, history.current
-        if step.kind not in (StepKind.TASK, StepKind.POLL):
+        if step.kind not in self.step_kinds:
             raise FailedPrecondition(f"RetryStep applies to TASK and POLL steps; {step.key!r} is {step.kind}")
         chain = _task_chain(ctx, history) if step.kind == StepKind.TASK else _round_chain(ctx, history)
         step_reviewable(history)

@@ -14,7 +14,17 @@ from engine.results import result_event_publish
 from engine.worker import task_settle_reviewed
 from history.audits import audit_write, task_snapshot
 from history.locking import Level
-from history.models import Activation, Attempt, AttemptState, ExecutionAudit, ResultKind, Step, Task, TaskState
+from history.models import (
+    Activation,
+    Attempt,
+    AttemptState,
+    ExecutionAudit,
+    ResultKind,
+    Step,
+    StepKind,
+    Task,
+    TaskState,
+)
 from recovery.commands import EXECUTION_SETTLED, NOT_NULL, Command, ExactResult
 from recovery.context import Context
 from recovery.pipeline import Effect, Operation, Plan, change
@@ -85,6 +95,8 @@ class ReviewTask(Operation):
     name = "review-task"
     title = "Review task"
     target = "task"
+    # Only these steps have tasks.
+    step_kinds = (StepKind.TASK, StepKind.POLL)
     command_class = ReviewTaskCommand
     preview_defaults = MappingProxyType({"conclusion": "SUCCEEDED", "result": ExactResult(text="true", value=True)})
 

@@ -3,11 +3,11 @@
 import pytest
 
 from history.credentials import identity_of_credential
-from history.models import Scope, Task, TaskState, WorkflowOperation
+from history.models import InstanceState, Scope, Task, TaskState, WorkflowInstance, WorkflowOperation
 from recovery.operations import step_retry
 from tests.recovery import requests as rq
 from tests.recovery.digest import history_digest
-from tests.states import task_failed_state, task_unknown_state
+from tests.states import cancel_unknown_state, task_failed_state, task_unknown_state
 
 pytestmark = pytest.mark.django_db
 
@@ -178,3 +178,30 @@ def test_bulk_continue_reports_a_result_per_instance(operator, tenancy, issue_to
     assert refused_after.revision == refused.instance.revision
     again = operator.post(url, data).content.decode()
     assert "applied earlier (same key, nothing done twice)" in again
+
+
+def test_a_step_lists_only_the_operations_of_its_kind_and_controls_only_what_can_succeed(operator, tenancy):
+    state = task_failed_state(tenancy)
+    html = operator.get(_page(state.instance.id)).content.decode()
+    assert 'data-operation="retry-step"' in html and 'data-refused="review-task"' in html
+    assert "continue-poll" not in html and "rearm-wait" not in html  # a TASK step is never polled nor waits
+    assert 'data-control="pause"' in html and 'data-control="cancel"' in html and 'data-control="resume"' not in html
+
+    paused = task_failed_state(tenancy, paused=True)
+    html = operator.get(_page(paused.instance.id)).content.decode()
+    assert 'data-control="resume"' in html and 'data-control="pause"' not in html
+
+    cancelling = cancel_unknown_state(tenancy)
+    html = operator.get(_page(cancelling.instance.id)).content.decode()
+    assert 'data-control="pause"' in html and 'data-control="cancel"' not in html
+
+    WorkflowInstance.objects.filter(pk=state.instance.id).update(state=InstanceState.CANCELLED)
+    assert "data-control=" not in operator.get(_page(state.instance.id)).content.decode()
+
+
+def test_a_refused_control_says_why_once(operator, tenancy):
+    state = task_failed_state(tenancy, paused=True)
+    url = f"/admin/history/workflowinstance/{state.instance.id}/control/pause/"
+    data = {"expected_control_revision": state.instance.control_revision, "reason": "maintenance"}
+    html = operator.post(url, data).content.decode()
+    assert html.count("the instance is already paused") == 1 and 'id="refusal"' in html
