@@ -20,7 +20,14 @@ from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Q
-from django.http import Http404, HttpResponseBadRequest, HttpResponseRedirect, StreamingHttpResponse
+from django.http import (
+    Http404,
+    HttpResponseBadRequest,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+    JsonResponse,
+    StreamingHttpResponse,
+)
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -39,7 +46,7 @@ from console.forms import (
     recovery_form_class,
 )
 from console.graph import step_graph_svg
-from console.links import operation_link
+from console.links import next_operation, operation_link
 from core import clock
 from core.errors import Aborted, InvalidArgument, WeaveError
 from core.identity import identity_of_user
@@ -184,6 +191,40 @@ def _controls(instance: models.WorkflowInstance) -> list[dict]:
     ]
 
 
+def _unconsumed(instance: models.WorkflowInstance) -> int:
+    """The instance's inbox records and continuations the background has yet to consume or apply."""
+    records = models.InboxRecord.objects.filter(instance_id=instance.id, state=models.InboxState.PENDING)
+    # PENDING continuations are few: the (state, created_at) index finds them, then the instance filters.
+    continuations = models.Continuation.objects.filter(state=models.ContinuationState.PENDING, instance_id=instance.id)
+    return records.count() + continuations.count()
+
+
+def _reviewed_decision(step: models.Step) -> dict:
+    """A conclusion's fields as the latest ReviewTask of the step's current activation decided them (its task's
+    outcome and exact result, its reason and evidence), for the operator to confirm or edit; none without one."""
+    review = (
+        models.WorkflowOperation.objects.filter(
+            workflow_id=step.instance_id,
+            activation_id=step.current_activation_id,
+            action="workflow.review_task",
+            execution_audit__isnull=False,
+        )
+        .select_related("execution_audit__task")
+        .order_by("-created_at", "-id")
+        .first()
+    )
+    if review is None or step.current_activation_id is None:
+        return {}
+    task = review.execution_audit.task
+    return {
+        "conclusion": task.outcome,
+        "result": task.result,
+        "reason": review.reason,
+        "evidence_ref": review.evidence_ref,
+        "reviewed_by": review,
+    }
+
+
 def scoped(request, queryset):
     """What this admin user may see: its operator namespace and queues (a bare superuser sees all)."""
     user = request.user
@@ -321,6 +362,8 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             "controls": _controls(instance) if user.has_perm(PERMISSIONS["control"]) else [],
             "can_signal": user.has_perm(PERMISSIONS["signal"]),
             "timeline": self._timeline_context(page, events, events_before),
+            # Records the background has not consumed yet: the page follows it until they are.
+            "unconsumed": _unconsumed(instance),
         }
         identity = identity_of_user(user)
         if not self.has_recover_permission(request) or identity is None:
@@ -338,6 +381,9 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             for op in OPERATIONS.values()
             if op.target == "instance"
         ]
+        context["next_operation"] = next_operation(
+            instance, eligibility, {v.step.key: v.step for v in page.steps}, tasks
+        )
         return context
 
     @staticmethod
@@ -400,8 +446,20 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
                 name="history_workflowinstance_control",
             ),
             path("<str:object_id>/signal/", view(self.signal_view), name="history_workflowinstance_signal"),
+            path("<str:object_id>/status/", view(self.status_view), name="history_workflowinstance_status"),
             *super().get_urls(),
         ]
+
+    def status_view(self, request, object_id):
+        """What the instance page polls while the background has records to consume: small, no page."""
+        if request.method != "GET":
+            return HttpResponseNotAllowed(["GET"])
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        instance = self.visible_instance(request, object_id)
+        return JsonResponse(
+            {"state": instance.state, "revision": str(instance.revision), "unconsumed": _unconsumed(instance)}
+        )
 
     # ---- one recovery operation: form → preview → confirm -------------------------------
 
@@ -416,6 +474,8 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
                 "activation_id": seen.get("activation") or (step.current_activation_id if step else ""),
                 "expected_step_revision": seen.get("step_revision") or (str(step.revision) if step else ""),
             }
+            if operation.with_conclusion and step is not None:
+                initial |= _reviewed_decision(step)
         if operation.target == "task":
             task = models.Task.objects.filter(source_instance_id=instance.id, id=seen.get("task", "")).first()
             initial |= {
@@ -469,6 +529,7 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             "conflict": conflict,
             "instance_url": self._instance_url(instance.id),
             "subject": self._subject(request.POST if request.method == "POST" else request.GET, instance),
+            "reviewed_by": form.initial.get("reviewed_by"),
         }
         return TemplateResponse(request, "admin/console/operation_form.html", context)
 

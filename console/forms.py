@@ -74,6 +74,9 @@ def recovery_form_class(operation: Operation) -> type[forms.Form]:
         super(form_class, self).__init__(*args, **kwargs)
         # self.fields are this form's own copies: the shared class fields stay untouched.
         declaration_label(self.fields["declaration"], operation)
+        # The first field the operator fills takes the focus: no tabbing through the admin's navigation.
+        first = next(f for f in self.fields.values() if not isinstance(f.widget, forms.HiddenInput))
+        first.widget.attrs["autofocus"] = True
 
     form_class = type(f"{operation.title.replace(' ', '')}Form", bases, {"__init__": __init__})
     return form_class

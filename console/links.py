@@ -7,6 +7,10 @@ from django.urls import reverse
 from history.models import Step, Task, WorkflowInstance
 from recovery.operations import OPERATIONS
 
+# Which possible operation is offered first: the ones that keep the step's work going before
+# concluding it by hand (ResolveStep), which is always possible once the step is in review.
+PREFERENCE = ("review-task", "retry-step", "continue-poll", "rearm-wait", "resolve-step")
+
 
 def operation_link(
     instance: WorkflowInstance, step: Step | None, name: str, entry: dict, tasks: dict[str, Task]
@@ -26,3 +30,18 @@ def operation_link(
         "reason": entry.get("reason", ""),
         "url": f"{url}?{urlencode(query)}",
     }
+
+
+def next_operation(instance: WorkflowInstance, eligibility: dict, steps: dict[str, Step], tasks: dict[str, Task]):
+    """The one operation to offer next: the review step's first possible one (in PREFERENCE), then the other
+    steps', then Continue; None when the eligibility allows none."""
+    keys = sorted(eligibility["steps"], key=lambda key: (key != instance.review_step_key, key))
+    for key in keys:
+        for name in PREFERENCE:
+            entry = eligibility["steps"][key][name]
+            if entry["possible"]:
+                return operation_link(instance, steps[key], name, entry, tasks)
+    for op in OPERATIONS.values():
+        if op.target == "instance" and eligibility[op.name]["possible"]:
+            return operation_link(instance, None, op.name, eligibility[op.name], tasks)
+    return None

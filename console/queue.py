@@ -11,19 +11,15 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils.http import urlencode
 
-from console.links import operation_link
+from console.links import next_operation
 from core import clock
 from core.identity import identity_of_user
 from history.models import InstanceState, ReviewCause, Step, Task, TaskState, WorkflowInstance
 from history.selectors.access import visible_rows
 from history.selectors.instance_list import review_summary
 from recovery.eligibility import instance_eligibility
-from recovery.operations import OPERATIONS
 
 ROWS = 25
-# Which possible operation a row offers first: the ones that keep the step's work going before
-# concluding it by hand (ResolveStep), which is always possible once the step is in review.
-PREFERENCE = ("review-task", "retry-step", "continue-poll", "rearm-wait", "resolve-step")
 # The query parameters the queue reads, named as the instance query's (GET /v1/workflows) are.
 FILTERS = ("review_cause", "definition", "q")
 
@@ -85,22 +81,12 @@ def _row(instance: WorkflowInstance, identity, may_recover: bool) -> QueueRow:
 
 
 def _next_operation(instance: WorkflowInstance, identity) -> dict | None:
-    """The first operation the eligibility offers: the review step's, then the other steps', then Continue."""
     eligibility = instance_eligibility(identity=identity, instance_id=instance.id)
     steps = {step.key: step for step in Step.objects.filter(instance_id=instance.id)}
-    keys = sorted(eligibility["steps"], key=lambda key: (key != instance.review_step_key, key))
     tasks = {
         task.id: task for task in Task.objects.filter(source_instance_id=instance.id, state=TaskState.NEEDS_REVIEW)
     }
-    for key in keys:
-        for name in PREFERENCE:
-            entry = eligibility["steps"][key][name]
-            if entry["possible"]:
-                return operation_link(instance, steps[key], name, entry, tasks)
-    for op in OPERATIONS.values():
-        if op.target == "instance" and eligibility[op.name]["possible"]:
-            return operation_link(instance, None, op.name, eligibility[op.name], tasks)
-    return None
+    return next_operation(instance, eligibility, steps, tasks)
 
 
 def _age(elapsed) -> str:

@@ -1,7 +1,10 @@
 """The review queue is where an operator lands, and each row's next operation opens its form."""
 
+import json
+
 import pytest
 
+from engine.runner import runner_settle
 from tests.browser.conftest import admin_login
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,3 +32,50 @@ def test_the_operator_lands_on_the_queue_and_retries_a_failed_step_from_its_row(
     page.click("input[name=_confirm]")
     page.wait_for_selector("ul.messagelist li.success")
     assert page.locator("#step-charge tr.activation").count() == 2
+
+
+def _confirm(page, *, declare=True, screenshot=None):
+    """Tick the declaration when asked, preview, then confirm: two submits."""
+    if declare:
+        page.check("#id_declaration")
+    page.click("input[name=_preview]")
+    page.wait_for_selector("#preview")
+    if screenshot:
+        page.screenshot(path=str(screenshot), full_page=True)
+    page.click("input[name=_confirm]")
+    page.wait_for_selector("ul.messagelist li.success")
+
+
+def test_an_unknown_task_is_carried_to_success_from_the_queue_without_retyping(live_server, page, demo, screenshots):
+    instance_id = demo["task_unknown"]["instance_id"]
+    admin_login(page, live_server, "olga")
+    page.click(f"#queue-rows tr[data-instance='{instance_id}'] a[data-operation=review-task]")
+    page.select_option("#id_conclusion", "SUCCEEDED")
+    page.fill("#id_result", '{"paid": true}')
+    page.fill("#id_reason", "the payment is in the ledger")
+    page.fill("#id_evidence_ref", "ticket:OPS-42")
+    _confirm(page, screenshot=screenshots / "form-review-task.png")
+
+    # The review waits for the background: the page says so and follows it without a reload.
+    assert page.locator("#follow").is_visible()
+    page.evaluate("window.notReloaded = true")
+    runner_settle()
+    page.wait_for_selector("#next-operation a[data-next=resolve-step]")
+    assert page.evaluate("window.notReloaded") is True and page.locator("#follow").count() == 0
+
+    page.click("#next-operation a")
+    assert json.loads(page.input_value("#id_result")) == {"paid": True}
+    assert page.input_value("#id_reason") == "the payment is in the ledger"
+    assert page.input_value("#id_evidence_ref") == "ticket:OPS-42"
+    assert page.locator("#prefilled").is_visible()
+    page.screenshot(path=str(screenshots / "form-resolve-step-prefilled.png"), full_page=True)
+    _confirm(page)
+
+    page.click("#next-operation a[data-next=continue]")
+    page.fill("#id_reason", "every matter is handled")
+    page.fill("#id_evidence_ref", "ticket:OPS-42")
+    _confirm(page)
+    assert page.locator("#follow").is_visible()  # the continuation waits for the runner
+    runner_settle()
+    page.wait_for_selector("#instance-state:text('SUCCEEDED')")
+    page.screenshot(path=str(screenshots / "instance-succeeded.png"), full_page=True)

@@ -6,7 +6,9 @@ import re
 import pytest
 from django.contrib import admin
 
+from engine.runner import runner_settle
 from history.models import WorkflowInstance
+from tests.console.test_recovery_forms import _form, _review_post
 from tests.states import task_failed_state, task_unknown_state
 
 pytestmark = pytest.mark.django_db
@@ -90,3 +92,24 @@ def test_the_instance_changelist_searches_id_and_business_key_prefixes(client, c
     for term, found in ((unknown.id[:10], unknown.id), ("refund-7", failed.id)):
         html = client.get(url, {"q": term}).content.decode()
         assert found in html and (unknown.id if found == failed.id else failed.id) not in html
+
+
+def test_the_status_the_instance_page_polls_counts_what_the_background_has_yet_to_take_in(
+    client, console_user, tenancy
+):
+    state = task_unknown_state(tenancy)
+    url = f"/admin/history/workflowinstance/{state.instance.id}/status/"
+    assert client.get(url).status_code == 302  # to the login
+    client.force_login(console_user("olga", "operators"))
+    assert client.get(url).json()["unconsumed"] == 0
+    client.post(_form(state.instance.id, "review-task"), _review_post(state) | {"_confirm": "1"})
+    status = client.get(url).json()  # the REVIEWED result event waits in the inbox
+    assert status == {"state": "NEEDS_REVIEW", "revision": str(state.instance.revision + 1), "unconsumed": 1}
+    page = client.get(f"/admin/history/workflowinstance/{state.instance.id}/change/").content.decode()
+    assert 'id="follow"' in page and "console/follow.js" in page and 'id="next-operation"' not in page
+    runner_settle()
+    assert client.get(url).json()["unconsumed"] == 0
+    page = client.get(f"/admin/history/workflowinstance/{state.instance.id}/change/").content.decode()
+    assert 'id="follow"' not in page and 'data-next="resolve-step"' in page
+    form = client.get(re.search(r'href="([^"]+)" data-next=', page).group(1).replace("&amp;", "&")).content.decode()
+    assert 'id="prefilled"' in form and "payment confirmed in the ledger</textarea>" in form and "autofocus" in form

@@ -715,6 +715,22 @@ def test_admin_pages_never_show_a_row_of_another_namespace_or_queue_set(
     assert client.get(pages[0]).status_code == 200
 
 
+AUDITS = ("history.WorkflowOperation", "history.SignalOperation", "history.ExecutionAudit")
+
+
+@pytest.mark.parametrize("label", AUDITS)
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_audit_exports_never_carry_a_row_of_another_namespace_or_queue_set(client, security_console, label, fmt):
+    app, model = label.lower().split(".")
+    export, row = reverse(f"admin:{app}_{model}_export", args=[fmt]), security_console.rows[label]
+    for name in ("rival_operator", "ledger_operator", "viewer"):
+        client.force_login(getattr(security_console.users, name))
+        response = client.get(export)
+        assert response.status_code == 403 or row not in b"".join(response.streaming_content).decode(), name
+    client.force_login(security_console.users.auditor)
+    assert row in b"".join(client.get(export).streaming_content).decode()
+
+
 def test_a_task_of_an_instance_the_operator_cannot_open_is_hidden_even_on_an_accessible_queue(
     client, security_world, security_users
 ):
@@ -798,7 +814,24 @@ def test_the_swept_forms_are_every_url_the_instance_admin_adds():
     model_admin = admin.site._registry[models.WorkflowInstance]
     stock = {"changelist", "add", "history", "delete", "change"}
     added = {u.name for u in model_admin.get_urls() if u.name and u.name.rsplit("_", 1)[1] not in stock}
-    assert added == {f"history_workflowinstance_{kind}" for kind, _, _ in FORMS.values()}
+    assert added == {f"history_workflowinstance_{kind}" for kind, _, _ in FORMS.values()} | {
+        f"history_workflowinstance_{kind}" for kind in READS
+    }
+
+
+# The instance admin's added reads: whoever may view the instance, and 404 outside the operator's reach.
+READS = {"status": [("rival_operator", 404), ("ledger_operator", 404), ("viewer", 200), ("auditor", 200)]}
+
+
+@pytest.mark.parametrize("read", READS)
+def test_reads_are_404_outside_the_operator_reach_and_answer_only_get(client, security_forms, read):
+    state, users = security_forms.state, security_forms.users
+    url = reverse(f"admin:history_workflowinstance_{read}", args=[state.instance.id])
+    with _nothing_written():
+        for name, status in READS[read]:
+            client.force_login(getattr(users, name))
+            assert client.get(url).status_code == status, name
+        assert client.post(url).status_code == 405
 
 
 # Who may not open the forms of an instance, and what the admin answers them.
