@@ -67,3 +67,15 @@ def admin_login(page, live_server, username, password="pw"):
     page.fill("#id_password", password)
     page.click("input[type=submit]")
     page.wait_for_selector("#user-tools")
+
+
+def confirm(page, *, declare=True, screenshot=None):
+    """On an operation's form: tick the declaration when asked, preview, then confirm (two submits)."""
+    if declare:
+        page.check("#id_declaration")
+    page.click("input[name=_preview]")
+    page.wait_for_selector("#preview")
+    if screenshot:
+        page.screenshot(path=str(screenshot), full_page=True)
+    page.click("input[name=_confirm]")
+    page.wait_for_selector("ul.messagelist li.success")

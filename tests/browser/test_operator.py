@@ -3,7 +3,7 @@
 import pytest
 
 from engine.runner import runner_settle
-from tests.browser.conftest import admin_login
+from tests.browser.conftest import admin_login, confirm
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -13,16 +13,10 @@ def _decide(page, operation, *, reason, result=None, screenshot=None):
     page.click(f"a[data-operation={operation}]")
     page.fill("#id_reason", reason)
     page.fill("#id_evidence_ref", "ticket:OPS-42")
-    page.check("#id_declaration")
     if result is not None:
         page.select_option("#id_conclusion", "SUCCEEDED")
         page.fill("#id_result", result)
-    page.click("input[name=_preview]")
-    page.wait_for_selector("#preview")
-    if screenshot:
-        page.screenshot(path=str(screenshot), full_page=True)
-    page.click("input[name=_confirm]")
-    page.wait_for_selector("ul.messagelist li.success")
+    confirm(page, screenshot=screenshot)
 
 
 def test_an_operator_reviews_resolves_and_continues_an_unknown_task_to_success(live_server, page, demo, screenshots):

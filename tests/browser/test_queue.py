@@ -5,7 +5,7 @@ import json
 import pytest
 
 from engine.runner import runner_settle
-from tests.browser.conftest import admin_login
+from tests.browser.conftest import admin_login, confirm
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,24 +26,8 @@ def test_the_operator_lands_on_the_queue_and_retries_a_failed_step_from_its_row(
     page.click(f"#queue-rows tr[data-instance='{failed}'] a[data-operation=retry-step]")
     page.fill("#id_reason", "the card network is back")
     page.fill("#id_evidence_ref", "ticket:OPS-42")
-    page.check("#id_declaration")
-    page.click("input[name=_preview]")
-    page.wait_for_selector("#preview")
-    page.click("input[name=_confirm]")
-    page.wait_for_selector("ul.messagelist li.success")
+    confirm(page)
     assert page.locator("#step-charge tr.activation").count() == 2
-
-
-def _confirm(page, *, declare=True, screenshot=None):
-    """Tick the declaration when asked, preview, then confirm: two submits."""
-    if declare:
-        page.check("#id_declaration")
-    page.click("input[name=_preview]")
-    page.wait_for_selector("#preview")
-    if screenshot:
-        page.screenshot(path=str(screenshot), full_page=True)
-    page.click("input[name=_confirm]")
-    page.wait_for_selector("ul.messagelist li.success")
 
 
 def test_an_unknown_task_is_carried_to_success_from_the_queue_without_retyping(live_server, page, demo, screenshots):
@@ -54,7 +38,7 @@ def test_an_unknown_task_is_carried_to_success_from_the_queue_without_retyping(l
     page.fill("#id_result", '{"paid": true}')
     page.fill("#id_reason", "the payment is in the ledger")
     page.fill("#id_evidence_ref", "ticket:OPS-42")
-    _confirm(page, screenshot=screenshots / "form-review-task.png")
+    confirm(page, screenshot=screenshots / "form-review-task.png")
 
     # The review waits for the background: the page says so and follows it without a reload.
     assert page.locator("#follow").is_visible()
@@ -69,12 +53,12 @@ def test_an_unknown_task_is_carried_to_success_from_the_queue_without_retyping(l
     assert page.input_value("#id_evidence_ref") == "ticket:OPS-42"
     assert page.locator("#prefilled").is_visible()
     page.screenshot(path=str(screenshots / "form-resolve-step-prefilled.png"), full_page=True)
-    _confirm(page)
+    confirm(page)
 
     page.click("#next-operation a[data-next=continue]")
     page.fill("#id_reason", "every matter is handled")
     page.fill("#id_evidence_ref", "ticket:OPS-42")
-    _confirm(page)
+    confirm(page)
     assert page.locator("#follow").is_visible()  # the continuation waits for the runner
     runner_settle()
     page.wait_for_selector("#instance-state:text('SUCCEEDED')")
