@@ -35,6 +35,7 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 
 from console.audit import EXPORT_FORMATS, TimeRangeFilter, actor_names, export_lines, newest_first
+from console.facts import decision_facts
 from console.forms import (
     BulkForm,
     ControlForm,
@@ -362,6 +363,7 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             "controls": _controls(instance) if user.has_perm(PERMISSIONS["control"]) else [],
             "can_signal": user.has_perm(PERMISSIONS["signal"]),
             "timeline": self._timeline_context(page, events, events_before),
+            "facts": decision_facts(page),
             # Records the background has not consumed yet: the page follows it until they are.
             "unconsumed": _unconsumed(instance),
         }

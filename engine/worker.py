@@ -300,6 +300,7 @@ def _attempt_report(
     attempt.state = outcome
     attempt.finished_at = now
     attempt.result = result
+    attempt.retryable = retryable
     attempt.save()
     requeue = retryable and attempts_left(task) > 0 and (task.deadline_at is None or task.deadline_at > now)
     if requeue:

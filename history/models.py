@@ -578,6 +578,8 @@ class Attempt(StateFollowed):
     started_at = models.DateTimeField(default=clock.now)
     finished_at = models.DateTimeField(null=True, blank=True)
     result = _exact_json()
+    # The worker's word on a FAILED report: may another attempt succeed? (Why a budget was or was not used.)
+    retryable = models.BooleanField(default=False)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["task", "number"], name="attempt_task_number")]
