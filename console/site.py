@@ -1,8 +1,14 @@
 """The console's admin site: the review queue as its home and the tables grouped by what they are for."""
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import path
 
 from console.queue import review_queue
+from console.zone import PreferencesForm
+from history.models import Operator
 
 # Each admin table under the heading of its purpose, in this order; a table no heading names goes
 # under "Other" (a test keeps that empty).
@@ -49,6 +55,8 @@ class ConsoleSite(admin.AdminSite):
     site_title = "Weave operations"
     index_title = "Review queue"
     index_template = "admin/console/index.html"
+    # No public site beside the console: no "View site" link.
+    site_url = None
 
     def get_app_list(self, request, app_label=None):
         """The index's and the sidebar's tables under their purposes; one app's own page stays as Django has it."""
@@ -63,6 +71,23 @@ class ConsoleSite(admin.AdminSite):
                 app = members[0][0]
                 groups.append({**app, "name": purpose, "models": [entry for _, entry in members]})
         return groups
+
+    def get_urls(self):
+        return [path("preferences/", self.admin_view(self.preferences_view), name="preferences"), *super().get_urls()]
+
+    def preferences_view(self, request):
+        """The operator's own settings: the zone the console shows times in."""
+        operator = Operator.objects.filter(user_id=request.user.pk).first()
+        if operator is None:
+            raise PermissionDenied("only a login acting as an operator has preferences")
+        form = PreferencesForm(request.POST or None, initial={"time_zone": operator.time_zone})
+        if request.method == "POST" and form.is_valid():
+            zone = form.cleaned_data["time_zone"]
+            Operator.objects.filter(pk=operator.pk).update(time_zone=zone)
+            messages.success(request, f"Times are now shown in {zone}.")
+            return redirect("admin:index")
+        context = {**self.each_context(request), "title": "Preferences", "form": form}
+        return TemplateResponse(request, "admin/console/preferences.html", context)
 
     def index(self, request, extra_context=None):
         return super().index(request, {"queue": review_queue(request), **(extra_context or {})})

@@ -251,6 +251,8 @@ class Operator(models.Model):
     namespace = _ref("Namespace", db_index=False)
     actor_id = models.CharField(max_length=32)
     queue_access = models.JSONField(default=list)
+    # The IANA zone the console shows this operator's times in (Preferences in the admin).
+    time_zone = models.CharField(max_length=64, default="UTC")
 
 
 class WorkflowDefinition(models.Model):
