@@ -175,6 +175,24 @@ class QueueFilter(admin.SimpleListFilter):
         return queryset.filter(queue_id=self.value()) if self.value() else queryset
 
 
+# A bulk action handles at most this many instances, the first by id; the page says so.
+BULK_CAP = 200
+
+
+def _bulk_judgement(identity, spec, instance: models.WorkflowInstance, step_key: str) -> dict:
+    """Whether ``spec`` is possible on the instance now and what it would change, by the commit's own checks."""
+    eligibility = instance_eligibility(identity=identity, instance_id=instance.id)
+    if spec.target == "instance":
+        entry = eligibility[spec.name]
+    else:
+        entry = eligibility["steps"].get(step_key, {}).get(spec.name)
+        entry = entry or {"possible": False, "reason": f"the instance has no step {step_key!r}"}
+    if not entry["possible"]:
+        return {"possible": False, "reason": entry["reason"], "revision": eligibility["revision"]}
+    changes = [(what, before, after) for what, before, after, changed in preview_rows(entry["preview"]) if changed]
+    return {"possible": True, "changes": changes, "revision": eligibility["revision"]}
+
+
 def _controls(instance: models.WorkflowInstance) -> list[dict]:
     """The control actions that can succeed on the instance as read (the services refuse the others)."""
     if instance.state in FINISHED:
@@ -636,16 +654,21 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
     def _bulk(self, request, queryset, *, operation):
         identity = self._identity(request, "recover")
         spec = OPERATIONS[operation]
-        instances = list(queryset.select_related("definition").order_by("id")[:200])
+        # Counted only up to one past the cap: "select all" over a million rows stays one bounded read.
+        selected = queryset.order_by()[: BULK_CAP + 1].count()
+        instances = list(queryset.select_related("definition").order_by("id")[:BULK_CAP])
         step_key = request.POST.get("step_key", "")
         form = BulkForm(request.POST if "apply" in request.POST else None)
-        declaration_label(form.fields["declaration"], spec, " for every instance below")
+        declaration_label(form.fields["declaration"], spec, " for every eligible instance below")
         steps = {}
         if spec.target == "step" and step_key:
             steps = {s.instance_id: s for s in models.Step.objects.filter(instance__in=instances, key=step_key)}
         results = None
         if "apply" in request.POST and form.is_valid():
             results = [self._bulk_one(request, identity, spec, i, form.cleaned_data, step_key) for i in instances]
+        judged = {}
+        if results is None and (spec.target != "step" or step_key):
+            judged = {i.id: _bulk_judgement(identity, spec, i, step_key) for i in instances}
         step_keys = sorted({s["key"] for i in instances for s in i.definition.spec.get("steps", [])})
         context = {
             **self.admin_site.each_context(request),
@@ -653,7 +676,10 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             "title": spec.title + " — selected instances",
             "operation": spec,
             "action": request.POST.get("action"),
-            "rows": [(i, steps.get(i.id)) for i in instances],
+            "rows": [(i, steps.get(i.id), judged.get(i.id)) for i in instances],
+            "eligible": sum(1 for j in judged.values() if j["possible"]),
+            "selected": selected,
+            "cap": BULK_CAP,
             "form": form,
             "results": results,
             "step_key": step_key,
@@ -666,6 +692,8 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
     def _bulk_one(self, request, identity, spec, instance, data, step_key) -> dict:
         """One instance of a bulk action, with the revisions the operator saw on the intermediate page."""
         post = request.POST
+        if post.get(f"eligible_{instance.id}") != "1":
+            return {"instance": instance, "ok": False, "skipped": True, "message": "not eligible when previewed"}
         command = {
             "expected_revision": post.get(f"revision_{instance.id}", ""),
             "reason": data["reason"],

@@ -1,7 +1,10 @@
 """The operator console's recovery forms: permission, preview, commit, conflict, double submit, bulk."""
 
+import re
+
 import pytest
 
+from console import admin as console_admin
 from history.credentials import identity_of_credential
 from history.models import InstanceState, Scope, Task, TaskState, WorkflowInstance, WorkflowOperation
 from recovery.operations import step_retry
@@ -168,6 +171,8 @@ def test_bulk_continue_reports_a_result_per_instance(operator, tenancy, issue_to
         "evidence_ref": "ticket:OPS-77",
         "declaration": "on",
         **{f"revision_{i}": str(s.instance.revision) for i, s in zip(ids, (refused, other), strict=True)},
+        # As if both were eligible when the page was read: the commit's own checks still refuse the one.
+        **{f"eligible_{i}": "1" for i in ids},
     }
     html = operator.post(url, data).content.decode()
     assert html.count('class="refused"') == 1 and html.count('class="ok"') == 1
@@ -205,3 +210,44 @@ def test_a_refused_control_says_why_once(operator, tenancy):
     data = {"expected_control_revision": state.instance.control_revision, "reason": "maintenance"}
     html = operator.post(url, data).content.decode()
     assert html.count("the instance is already paused") == 1 and 'id="refusal"' in html
+
+
+def test_bulk_previews_each_instance_and_submits_only_the_eligible_ones(operator, tenancy, issue_token):
+    recoverer = identity_of_credential(issue_token(scopes=[Scope.RECOVER]).credential)
+    ineligible = task_unknown_state(tenancy)
+    ready = task_failed_state(tenancy)
+    step_retry(identity=recoverer, instance_id=ready.instance.id, idempotency_key="k1", command=rq.retry(ready))
+    ids = [ineligible.instance.id, ready.instance.id]
+    url = "/admin/history/workflowinstance/"
+    before = history_digest()
+    html = operator.post(url, {"action": "continue_selected", "_selected_action": ids}).content.decode()
+    assert history_digest() == before  # previews write nothing
+    assert '<strong id="bulk-eligible">1 of 2 eligible</strong>' in html
+    row = {i: html.split(f'<tr data-instance="{i}"')[1].split("</tr>")[0] for i in ids}
+    assert 'class="ineligible"' in row[ineligible.instance.id] and "not eligible:" in row[ineligible.instance.id]
+    assert (
+        'class="eligible"' in row[ready.instance.id]
+        and "instance.state NEEDS_REVIEW → RUNNING" in row[ready.instance.id]
+    )
+    assert f'name="eligible_{ready.instance.id}" value="1"' in html
+    assert f'name="eligible_{ineligible.instance.id}"' not in html
+    assert "a bulk action takes at most 200" in html
+
+    posted = dict(re.findall(r'name="((?:revision|eligible)_[0-9a-f]+)" value="([^"]*)"', html))
+    data = {"action": "continue_selected", "_selected_action": ids, "bulk_key": "admin-bulk-2", "apply": "1"}
+    data |= {"reason": "reviewed the batch", "evidence_ref": "ticket:OPS-78", "declaration": "on", **posted}
+    html = operator.post(url, data).content.decode()
+    assert html.count('class="skipped"') == 1 and html.count('class="ok"') == 1
+    assert type(ineligible.instance).objects.get(id=ineligible.instance.id).revision == ineligible.instance.revision
+
+
+def test_a_bulk_action_over_more_than_the_cap_says_which_it_handles(operator, tenancy, monkeypatch):
+    monkeypatch.setattr(console_admin, "BULK_CAP", 1)
+    states = [task_unknown_state(tenancy), task_unknown_state(tenancy)]
+    ids = sorted(s.instance.id for s in states)
+    html = operator.post(
+        "/admin/history/workflowinstance/", {"action": "continue_selected", "_selected_action": ids}
+    ).content.decode()
+    assert "More than 1 instances are selected: the first 1 by id are handled here" in html
+    assert f'<tr data-instance="{ids[0]}"' in html and f'<tr data-instance="{ids[1]}"' not in html
+    assert 'id="bulk-none"' in html  # neither is eligible: nothing to submit

@@ -860,6 +860,8 @@ def _bulk_post(state, action: str) -> dict:
         "apply": "1",
         "bulk_key": f"admin-{action}",
         f"revision_{state.instance.id}": str(state.instance.revision),
+        # Posted as eligible, so an allowed operator's submit reaches the service and its checks.
+        f"eligible_{state.instance.id}": "1",
         **REASON,
         "declaration": "on",
     }
