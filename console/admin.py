@@ -62,6 +62,7 @@ from history.selectors.access import INSTANCE_NOT_FOUND, visible_rows
 from history.selectors.events import event_filters, sequence_parse
 from history.selectors.instance_page import NEWEST_FIRST, instance_page
 from history.selectors.instances import task_attempts
+from recovery.consequences import operation_consequences
 from recovery.eligibility import instance_eligibility, operation_preview
 from recovery.operations import OPERATIONS
 
@@ -511,7 +512,7 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
         identity = self._identity(request, "recover")
         instance = self.visible_instance(request, object_id)
         form_class = recovery_form_class(spec)
-        preview, conflict = None, False
+        preview, consequences, conflict = None, None, False
         if request.method == "POST":
             form = form_class(request.POST)
             if form.is_valid():
@@ -532,6 +533,9 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
                             identity=identity, operation=spec.name, instance_id=instance.id, command=command
                         )
                     )
+                    consequences = operation_consequences(
+                        identity=identity, operation=spec.name, instance_id=instance.id, command=command
+                    )
                     form = hidden_copy(form)
                 except WeaveError as error:
                     conflict = isinstance(error, Aborted)
@@ -546,6 +550,7 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             "operation": spec,
             "form": form,
             "preview": preview,
+            "consequences": consequences,
             "conflict": conflict,
             "instance_url": self._instance_url(instance.id),
             "subject": self._subject(request.POST if request.method == "POST" else request.GET, instance),

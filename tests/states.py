@@ -489,11 +489,21 @@ def poll_rounds_exhausted_state(tenancy, **options) -> State:
     return _built(tenancy, _rounds_pending, rounds=POLL_STEP["max_rounds"], **options)
 
 
-def _poll_pending_reviewed(engine, wait) -> WorkflowInstance:
+def _poll_round_unknown(engine, wait) -> WorkflowInstance:
     instance = _rounds_pending(engine, wait, 1)
     _claimed(engine)
     wait(dt.timedelta(seconds=LEASE + 1))
     _passes("lease_expiry", "inbox")
+    return instance
+
+
+def poll_round_unknown_state(tenancy, **options) -> State:
+    """Round 1 answered PENDING; round 2's query lease expired (UNKNOWN): in review, ReviewTask is next."""
+    return _built(tenancy, _poll_round_unknown, **options)
+
+
+def _poll_pending_reviewed(engine, wait) -> WorkflowInstance:
+    instance = _poll_round_unknown(engine, wait)
     _reviewed(engine, instance, "SUCCEEDED", exactjson.loads(PENDING_ANSWER))
     return instance
 

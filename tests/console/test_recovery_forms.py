@@ -97,6 +97,9 @@ def test_the_preview_shows_the_change_and_writes_nothing(operator, tenancy):
     assert response.status_code == 200
     assert 'id="preview"' in html and 'name="_confirm"' in html
     assert '<tr class="changed"><th>instance.revision</th>' in html
+    # Then the background consumes the REVIEWED event: the activation's verified outcome is shown.
+    consequences = html.split('id="consequences"')[1].split("</table>")[0]
+    assert re.search(r"<th>step charge activation #1 verified outcome</th><td>—</td><td>SUCCEEDED</td>", consequences)
     assert history_digest() == before
 
 
