@@ -249,3 +249,26 @@ def test_poll_reviewed_pending_continues_with_the_next_round_at_the_original_int
         clock.advance(dt.timedelta(seconds=-61))
     assert demo.instance("poll_pending_review").state == "SUCCEEDED"
     _clean()
+
+
+def test_an_expired_instance_in_review_settles_failed_after_its_step_is_resolved_and_starts_no_work(demo):
+    tasks_before = Task.objects.filter(source_instance_id=demo.scenarios["expired_in_review"]["instance_id"]).count()
+    with pytest.raises(FailedPrecondition):  # nothing is resolved yet
+        demo.decide("expired_in_review", "continue", review_resolved=True)
+    with pytest.raises(FailedPrecondition):  # past its deadline an instance starts no new work
+        demo.decide("expired_in_review", "retry-step", safe_to_retry=True, **demo.step_decision("expired_in_review"))
+    demo.decide(
+        "expired_in_review",
+        "resolve-step",
+        execution_settled=True,
+        conclusion="FAILED",
+        result={"error": "declined"},
+        **demo.step_decision("expired_in_review"),
+    )
+    continued = demo.decide("expired_in_review", "continue", review_resolved=True).data
+    assert (continued["state"], demo.instance("expired_in_review").stop_kind) == ("CANCELLING", "FAIL")
+    runner_settle()
+    assert demo.instance("expired_in_review").state == "FAILED"
+    tasks = Task.objects.filter(source_instance_id=demo.scenarios["expired_in_review"]["instance_id"]).count()
+    assert tasks == tasks_before
+    _clean()
