@@ -31,6 +31,8 @@ from django.http import (
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 
@@ -48,6 +50,7 @@ from console.forms import (
 )
 from console.graph import step_graph_svg
 from console.links import next_operation, operation_link
+from console.queue import age
 from core import clock
 from core.errors import Aborted, InvalidArgument, WeaveError
 from core.identity import identity_of_user
@@ -174,6 +177,14 @@ class QueueFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         return queryset.filter(queue_id=self.value()) if self.value() else queryset
+
+
+def _ago(moment, suffix: str):
+    """How long ago, with the time itself (in the viewer's zone) on hover."""
+    if moment is None:
+        return None
+    shown = date_format(timezone.localtime(moment), "DATETIME_FORMAT")
+    return format_html('<span title="{}">{}{}</span>', shown, age(clock.now() - moment), suffix)
 
 
 # A bulk action handles at most this many instances, the first by id; the page says so.
@@ -322,19 +333,17 @@ class WorkflowDefinitionAdmin(ReadOnlyAdmin):
 
 @admin.register(models.WorkflowInstance)
 class WorkflowInstanceAdmin(ReadOnlyAdmin):
+    # Narrow enough for 1 280 px beside the filters: the id shortened (whole on hover), the flags in the state.
     list_display = (
-        "id",
+        "instance",
         "definition",
         "business_key",
-        "state",
+        "state_and_flags",
         "cause_of_review",
-        "step_in_review",
-        "in_review_since",
-        "paused",
-        "stop_kind",
-        "revision",
-        "updated_at",
+        "in_review_for",
+        "updated",
     )
+    list_display_links = ("instance",)
     list_filter = (
         "state",
         "review_cause",
@@ -350,18 +359,30 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
     instance_template = "admin/console/instance_page.html"
     actions = ["continue_selected", "retry_step_selected"]
 
-    # The stored code, as the API answers it; the filter lists each code's meaning.
-    @admin.display(description="review cause", ordering="review_cause")
+    # The stored code, as the API answers it (the filter lists each code's meaning), and the step it concerns.
+    @admin.display(description="review cause · step", ordering="review_cause")
     def cause_of_review(self, instance) -> str:
-        return instance.review_cause or None
+        if not instance.review_cause:
+            return None
+        return " · ".join(filter(None, [instance.review_cause, instance.review_step_key]))
 
-    @admin.display(description="review step", ordering="review_step_key")
-    def step_in_review(self, instance) -> str:
-        return instance.review_step_key or None
+    @admin.display(description="instance", ordering="id")
+    def instance(self, instance):
+        return format_html('<code title="{}">{}…</code>', instance.id, instance.id[:8])
 
-    @admin.display(description="in review since", ordering="review_since")
-    def in_review_since(self, instance):
-        return instance.review_since
+    @admin.display(description="state", ordering="state")
+    def state_and_flags(self, instance) -> str:
+        flags = [instance.state, *(["paused"] if instance.paused else [])]
+        flags += [f"stop {instance.stop_kind}"] if instance.stop_kind else []
+        return " · ".join(flags)
+
+    @admin.display(description="in review for", ordering="review_since")
+    def in_review_for(self, instance):
+        return _ago(instance.review_since, "")
+
+    @admin.display(description="updated", ordering="updated_at")
+    def updated(self, instance):
+        return _ago(instance.updated_at, " ago")
 
     def instance_context(self, request, instance) -> dict:
         """The page's data, with the operations this user may start from it."""

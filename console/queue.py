@@ -75,7 +75,7 @@ def review_queue(request) -> dict | None:
 def _row(instance: WorkflowInstance, identity, may_recover: bool) -> QueueRow:
     return QueueRow(
         instance=instance,
-        age=_age(clock.now() - instance.review_since) if instance.review_since else "",
+        age=age(clock.now() - instance.review_since) if instance.review_since else "",
         next_operation=_next_operation(instance, identity) if may_recover else None,
     )
 
@@ -89,7 +89,7 @@ def _next_operation(instance: WorkflowInstance, identity) -> dict | None:
     return next_operation(instance, eligibility, steps, tasks)
 
 
-def _age(elapsed) -> str:
+def age(elapsed) -> str:
     """Whole days, hours and minutes, the two largest that are not zero ("2 d 3 h", "5 h 12 min", "4 min")."""
     minutes = int(elapsed.total_seconds() // 60)
     parts = [(minutes // 1440, "d"), (minutes // 60 % 24, "h"), (minutes % 60, "min")]

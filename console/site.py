@@ -57,6 +57,8 @@ class ConsoleSite(admin.AdminSite):
     index_template = "admin/console/index.html"
     # No public site beside the console: no "View site" link.
     site_url = None
+    # The tables are one click away on the home page and in the breadcrumbs; the lists need the width.
+    enable_nav_sidebar = False
 
     def get_app_list(self, request, app_label=None):
         """The index's and the sidebar's tables under their purposes; one app's own page stays as Django has it."""

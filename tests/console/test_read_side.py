@@ -1,5 +1,7 @@
 """The admin console's read side: scoping by namespace and queues, the instance page, audits."""
 
+import re
+
 import pytest
 from django.contrib.auth.models import Group, User
 
@@ -210,10 +212,11 @@ def test_the_instance_list_shows_and_filters_by_review_cause_step_and_time(clien
     late = states.timer_late_state(tenancy).instance
     client.force_login(_user("olga", namespace, "operators"))
     html = client.get("/admin/history/workflowinstance/").content.decode()
-    for header in ("Review cause", "Review step", "In review since"):
+    for header in ("Review cause · step", "In review for"):
         assert f">{header}</a>" in html, header
-    assert '<td class="field-cause_of_review">task_outcome_unknown</td>' in html
-    assert '<td class="field-step_in_review">cooldown</td>' in html
+    assert '<td class="field-cause_of_review">task_outcome_unknown · charge</td>' in html
+    assert '<td class="field-cause_of_review">timer_late · cooldown</td>' in html
+    assert re.search(r'<td class="field-in_review_for"><span title="[^"]+ UTC">(\d+ \w+ ?)+</span></td>', html)
     filtered = client.get("/admin/history/workflowinstance/", {"review_cause__exact": "timer_late"}).content.decode()
     assert late.id in filtered and unknown.id not in filtered
     assert ReviewCause.TIMER_LATE.label in filtered  # the filter names each cause by its meaning
