@@ -222,12 +222,30 @@ def _controls(instance: models.WorkflowInstance) -> list[dict]:
     ]
 
 
-def _unconsumed(instance: models.WorkflowInstance) -> int:
-    """The instance's inbox records and continuations the background has yet to consume or apply."""
+def _background_pending(instance: models.WorkflowInstance) -> int:
+    """What the background has yet to take in for the instance: inbox records to consume, continuations to
+    apply, and a stop to settle (CANCELLING)."""
     records = models.InboxRecord.objects.filter(instance_id=instance.id, state=models.InboxState.PENDING)
     # PENDING continuations are few: the (state, created_at) index finds them, then the instance filters.
     continuations = models.Continuation.objects.filter(state=models.ContinuationState.PENDING, instance_id=instance.id)
-    return records.count() + continuations.count()
+    settling = 1 if instance.state == models.InstanceState.CANCELLING else 0
+    return records.count() + continuations.count() + settling
+
+
+def _last_decision(instance: models.WorkflowInstance, identity) -> dict:
+    """The reason and evidence of this operator's latest operation on the instance since it entered review."""
+    if identity is None or instance.review_since is None:
+        return {}
+    last = (
+        models.WorkflowOperation.objects.filter(
+            workflow_id=instance.id, actor_id=identity.actor_id, created_at__gte=instance.review_since
+        )
+        .order_by("-created_at", "-id")
+        .first()
+    )
+    if last is None:
+        return {}
+    return {"reason": last.reason, "evidence_ref": last.evidence_ref, "prefilled_from": last}
 
 
 def _reviewed_decision(step: models.Step) -> dict:
@@ -252,7 +270,7 @@ def _reviewed_decision(step: models.Step) -> dict:
         "result": task.result,
         "reason": review.reason,
         "evidence_ref": review.evidence_ref,
-        "reviewed_by": review,
+        "prefilled_from": review,
     }
 
 
@@ -405,7 +423,7 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             "timeline": self._timeline_context(page, events, events_before),
             "facts": decision_facts(page),
             # Records the background has not consumed yet: the page follows it until they are.
-            "unconsumed": _unconsumed(instance),
+            "pending": _background_pending(instance),
         }
         identity = identity_of_user(user)
         if not self.has_recover_permission(request) or identity is None:
@@ -500,15 +518,18 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             raise PermissionDenied
         instance = self.visible_instance(request, object_id)
         return JsonResponse(
-            {"state": instance.state, "revision": str(instance.revision), "unconsumed": _unconsumed(instance)}
+            {"state": instance.state, "revision": str(instance.revision), "pending": _background_pending(instance)}
         )
 
     # ---- one recovery operation: form → preview → confirm -------------------------------
 
     def _initial(self, request, instance, operation) -> dict:
-        """Hidden fields from the page the operator looked at (the link), else the current rows."""
+        """Hidden fields from the page the operator looked at (the link), else the current rows; the reason
+        and evidence of this operator's last decision in this review, and a ResolveStep's conclusion from the
+        step's ReviewTask, for the operator to confirm or edit."""
         seen = request.GET
         initial = {"expected_revision": seen.get("revision") or str(instance.revision), "idempotency_key": fresh_key()}
+        initial |= _last_decision(instance, identity_of_user(request.user))
         if operation.target == "step":
             step = models.Step.objects.filter(instance_id=instance.id, key=seen.get("step", "")).first()
             initial |= {
@@ -575,7 +596,7 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             "conflict": conflict,
             "instance_url": self._instance_url(instance.id),
             "subject": self._subject(request.POST if request.method == "POST" else request.GET, instance),
-            "reviewed_by": form.initial.get("reviewed_by"),
+            "prefilled_from": form.initial.get("prefilled_from"),
         }
         return TemplateResponse(request, "admin/console/operation_form.html", context)
 

@@ -33,15 +33,15 @@ def operation_link(
 
 
 def next_operation(instance: WorkflowInstance, eligibility: dict, steps: dict[str, Step], tasks: dict[str, Task]):
-    """The one operation to offer next: the review step's first possible one (in PREFERENCE), then the other
-    steps', then Continue; None when the eligibility allows none."""
+    """The one operation to offer next: Continue once it is possible (every matter of the review is handled),
+    else the review step's first possible one (in PREFERENCE), then the other steps'; None when none is."""
+    for op in OPERATIONS.values():
+        if op.target == "instance" and eligibility[op.name]["possible"]:
+            return operation_link(instance, None, op.name, eligibility[op.name], tasks)
     keys = sorted(eligibility["steps"], key=lambda key: (key != instance.review_step_key, key))
     for key in keys:
         for name in PREFERENCE:
             entry = eligibility["steps"][key][name]
             if entry["possible"]:
                 return operation_link(instance, steps[key], name, entry, tasks)
-    for op in OPERATIONS.values():
-        if op.target == "instance" and eligibility[op.name]["possible"]:
-            return operation_link(instance, None, op.name, eligibility[op.name], tasks)
     return None

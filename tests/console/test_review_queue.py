@@ -101,14 +101,14 @@ def test_the_status_the_instance_page_polls_counts_what_the_background_has_yet_t
     url = f"/admin/history/workflowinstance/{state.instance.id}/status/"
     assert client.get(url).status_code == 302  # to the login
     client.force_login(console_user("olga", "operators"))
-    assert client.get(url).json()["unconsumed"] == 0
+    assert client.get(url).json()["pending"] == 0
     client.post(_form(state.instance.id, "review-task"), _review_post(state) | {"_confirm": "1"})
     status = client.get(url).json()  # the REVIEWED result event waits in the inbox
-    assert status == {"state": "NEEDS_REVIEW", "revision": str(state.instance.revision + 1), "unconsumed": 1}
+    assert status == {"state": "NEEDS_REVIEW", "revision": str(state.instance.revision + 1), "pending": 1}
     page = client.get(f"/admin/history/workflowinstance/{state.instance.id}/change/").content.decode()
     assert 'id="follow"' in page and "console/follow.js" in page and 'id="next-operation"' not in page
     runner_settle()
-    assert client.get(url).json()["unconsumed"] == 0
+    assert client.get(url).json()["pending"] == 0
     page = client.get(f"/admin/history/workflowinstance/{state.instance.id}/change/").content.decode()
     assert 'id="follow"' not in page and 'data-next="resolve-step"' in page
     form = client.get(re.search(r'href="([^"]+)" data-next=', page).group(1).replace("&amp;", "&")).content.decode()

@@ -13,7 +13,7 @@
       try {
         const answer = await fetch(banner.dataset.status, { headers: { Accept: "application/json" } });
         const status = await answer.json();
-        if (status.unconsumed === 0) {
+        if (status.pending === 0) {
           const html = await (await fetch(window.location.href)).text();
           const fresh = new DOMParser().parseFromString(html, "text/html").getElementById("weave-instance");
           document.getElementById("weave-instance").replaceWith(fresh);
