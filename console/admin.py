@@ -410,6 +410,10 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
         page = instance_page(instance=instance, with_audit=with_audit, events=events, events_before=events_before)
         for event in page.events.items:
             event.subject_url = timeline_subject_url(event, with_audit=with_audit)
+        audits = [*page.workflow_operations, *page.execution_audits]
+        names = actor_names(audits)
+        for row in audits:
+            row.actor_name = names.get((row.namespace_id, row.actor_id), "")
         states = {view.step.key: view.step.state for view in page.steps}
         context = {
             **self.admin_site.each_context(request),

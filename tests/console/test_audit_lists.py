@@ -40,6 +40,8 @@ def test_an_admin_write_carries_its_request_id_and_the_list_names_the_operator(c
     assert "payment confirmed in the ledger" in html and request_id in html
     when = row.created_at.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     assert when in html
+    page = client.get(f"/admin/history/workflowinstance/{row.workflow_id}/change/").content.decode()
+    assert f'olga (auditors, operators) <code title="{row.actor_id}">' in page
 
 
 @pytest.mark.parametrize(
