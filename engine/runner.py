@@ -16,6 +16,7 @@ from django import db
 from django.db.models import Exists, OuterRef, Q
 
 from core import clock, exactjson
+from core.metrics import RUNNER_ITEMS, RUNNER_PASS_SECONDS
 from engine.activation import poll_round_start
 from engine.advance import continuation_create, continuations_apply, instance_lock_graph
 from engine.inbox import inbox_consume_next, inbox_head_id, instances_with_pending_records
@@ -399,12 +400,14 @@ def runner_pass() -> dict[str, int]:
     counts = {}
     for name, run in PASSES.items():
         try:
-            counts[name] = run()
+            with RUNNER_PASS_SECONDS.labels(name).time():
+                counts[name] = run()
         except db.Error:
             raise
         except Exception as error:
             log.error("%s: the pass failed with %s; the other passes go on", name, error_class_of(error))
             counts[name] = 0
+        RUNNER_ITEMS.labels(name).inc(counts[name])
     return counts
 
 

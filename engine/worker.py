@@ -17,6 +17,7 @@ from django.db.models import Exists, OuterRef, Q
 from core import clock, fields
 from core.errors import FailedPrecondition, NotFound
 from core.identity import Identity
+from core.metrics import WORKER_CLAIMS, WORKER_COMPLETIONS
 from engine.budget import attempts_left
 from engine.commands import command_object, id_argument
 from engine.quota import Quota, permit_release, quota_of_task
@@ -113,6 +114,7 @@ def task_claim_batch(*, identity: Identity, queue_name: str, command: Any, limit
     if not rows:
         if not Queue.objects.filter(namespace_id=identity.namespace_id, name=queue_name).exists():
             raise NotFound(f"queue {queue_name} not found", field="queue")
+        WORKER_CLAIMS.labels(queue_name, "empty").inc()
         return []
     candidates = [(task_id, instance_id) for task_id, instance_id, _ in rows]
     claim = functools.partial(_claim_many, queue_id=rows[0][2], worker=worker, lease=lease)
@@ -130,6 +132,7 @@ def task_claim_batch(*, identity: Identity, queue_name: str, command: Any, limit
             claims, _ = atomic_with_retry(lambda c=candidate: claim([c], skip_locked=False))
             if claims:
                 break
+    WORKER_CLAIMS.labels(queue_name, "tasks" if claims else "empty").inc()
     return claims
 
 
@@ -278,7 +281,9 @@ def task_complete(*, identity: Identity, task_id: str, command: Any) -> Completi
                 retryable=retryable,
             )
 
-    return atomic_with_retry(complete)
+    completion = atomic_with_retry(complete)
+    WORKER_COMPLETIONS.labels("late" if completion.late else outcome).inc()
+    return completion
 
 
 def _attempt_report(

@@ -10,6 +10,7 @@ from django.db import transaction
 
 from core.identity import Identity
 from core.ids import new_id
+from core.metrics import uncounted
 from engine.advance import continuations_apply
 from engine.inbox import inbox_consume_next
 from engine.stop import instance_stop_settle
@@ -28,7 +29,7 @@ def operation_consequences(*, identity: Identity, operation: str, instance_id: s
     """``(what, now, after the background)`` for each thing the operation and the background's response to it
     would change; a refusal raises exactly as the commit would."""
     try:
-        with transaction.atomic():
+        with uncounted(), transaction.atomic():
             before = _picture(instance_id)
             OPERATIONS[operation].service(
                 identity=identity, instance_id=instance_id, idempotency_key=f"preview-{new_id()}", command=command

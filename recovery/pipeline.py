@@ -20,10 +20,13 @@ from dataclasses import dataclass, fields
 from functools import cached_property
 from types import MappingProxyType
 
+from django.db import transaction
+
 from core import clock
-from core.errors import Aborted, Unauthenticated
+from core.errors import Aborted, Unauthenticated, WeaveError
 from core.identity import Identity
 from core.ids import new_id
+from core.metrics import RECOVERY_OPERATIONS, count
 from engine.state import instance_control_touch
 from history import idempotency
 from history.audits import audit_write, instance_snapshot
@@ -112,14 +115,22 @@ class Operation(abc.ABC):
         """``operation_execute`` of this operation, named after it: what the API and the console call."""
 
         def service(*, identity: Identity, instance_id: str, idempotency_key: str, command: dict, request_id: str = ""):
-            return operation_execute(
-                operation=self,
-                identity=identity,
-                instance_id=instance_id,
-                idempotency_key=idempotency_key,
-                command=command,
-                request_id=request_id,
-            )
+            try:
+                receipt = operation_execute(
+                    operation=self,
+                    identity=identity,
+                    instance_id=instance_id,
+                    idempotency_key=idempotency_key,
+                    command=command,
+                    request_id=request_id,
+                )
+            except WeaveError as error:
+                count(RECOVERY_OPERATIONS, self.name, error.code)
+                raise
+            outcome = "replayed" if receipt.replayed else "committed"
+            # Counted once the outermost transaction commits: nothing when it is rolled back.
+            transaction.on_commit(lambda: count(RECOVERY_OPERATIONS, self.name, outcome))
+            return receipt
 
         service.__name__ = service.__qualname__ = self.name.replace("-", "_")
         service.__doc__ = self.__doc__

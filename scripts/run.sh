@@ -24,10 +24,16 @@ echo "== the operator's login and API token"
 python manage.py weave_bootstrap --namespace demo --actor operator --workflow-audit-access --recover-access \
   --admin-user admin --group operators --group auditors --reset-password --remember var/demo_login.json
 
+# Every process writes its metrics here; weave_metrics adds them up (a fresh directory per run).
+export PROMETHEUS_MULTIPROC_DIR="$PWD/var/metrics"
+rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
+
 # Stop the background with the server (Ctrl-C).
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+python manage.py weave_metrics --bind 127.0.0.1:9108 &
 python manage.py weave_runner &
 python manage.py weave_worker --namespace demo --queue demo-tasks &
 python manage.py weave_worker --namespace demo --queue demo-polls &
 echo "admin: http://127.0.0.1:8000/admin/   API: http://127.0.0.1:8000/v1/   docs: http://127.0.0.1:8000/v1/docs/"
+echo "metrics: http://127.0.0.1:9108/metrics"
 python manage.py runserver 127.0.0.1:8000 --noreload --insecure

@@ -90,6 +90,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "core.request_id.RequestIdMiddleware",
+    # Every answer counted by status (core/metrics.py; exposed by manage.py weave_metrics).
+    "core.metrics.HttpMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
