@@ -1,10 +1,12 @@
 """The console's home: the instances in review, oldest first, with the one next operation each.
 
 The counts are the review summary of the instance query (one index-only count per cause and per
-definition); the rows are one range read of the review index, oldest review first. Each row's
-next operation is the first one its eligibility (the same checks as the commit) says is possible.
+definition); the rows are those past their definition's review SLA (``review_sla_seconds``), the most
+overdue first, then the oldest reviews. Each row's next operation is the first one its eligibility
+(the same checks as the commit) says is possible.
 """
 
+import datetime as dt
 from dataclasses import dataclass
 
 from django.db.models import Q
@@ -14,7 +16,7 @@ from django.utils.http import urlencode
 from console.links import next_operation
 from core import clock
 from core.identity import identity_of_user
-from history.models import InstanceState, ReviewCause, Step, Task, TaskState, WorkflowInstance
+from history.models import InstanceState, ReviewCause, Step, Task, TaskState, WorkflowDefinition, WorkflowInstance
 from history.selectors.access import visible_rows
 from history.selectors.instance_list import review_summary
 from recovery.eligibility import instance_eligibility
@@ -29,6 +31,8 @@ class QueueRow:
     instance: WorkflowInstance
     age: str
     next_operation: dict | None
+    # How long past its definition's review SLA ("" within it, or without one).
+    over_sla: str = ""
 
 
 def review_queue(request) -> dict | None:
@@ -50,11 +54,18 @@ def review_queue(request) -> dict | None:
     if chosen["q"]:
         # An id prefix or a business key prefix, as the changelist's search reads it.
         rows = rows.filter(Q(id__startswith=chosen["q"]) | Q(business_key__startswith=chosen["q"]))
-    oldest = list(rows.select_related("definition").order_by("review_since", "id")[: ROWS + 1])
+    breached, over_sla = _past_sla(rows, identity)
+    oldest = list(
+        rows.exclude(id__in=[i.id for i in breached])
+        .select_related("definition")
+        .order_by("review_since", "id")[: ROWS + 1]
+    )
+    oldest = (breached + oldest)[: ROWS + 1]
     may_recover = request.user.has_perm("history.recover_workflowinstance")
     summary = review_summary(identity=identity)
     return {
         "total": summary.total,
+        "over_sla": over_sla,
         "causes": [
             (cause, ReviewCause(cause).label if cause in ReviewCause.values else "", n) for cause, n in summary.causes
         ],
@@ -72,11 +83,34 @@ def review_queue(request) -> dict | None:
     }
 
 
+def _past_sla(rows, identity) -> tuple[list[WorkflowInstance], int]:
+    """The queue's instances waiting longer than their definition's review_sla_seconds, the most overdue first
+    (at most a page of them), and how many there are: one range read per definition that declares an SLA."""
+    now = clock.now()
+    slas = {
+        definition.id: definition.spec["review_sla_seconds"]
+        for definition in visible_rows(WorkflowDefinition.objects.all(), identity)
+        if definition.spec.get("review_sla_seconds")
+    }
+    breached, total = [], 0
+    for definition_id, sla in slas.items():
+        late = rows.filter(definition_id=definition_id, review_since__lt=now - dt.timedelta(seconds=sla))
+        total += late.count()
+        breached += late.select_related("definition").order_by("review_since", "id")[:ROWS]
+    breached.sort(
+        key=lambda i: (-(now - i.review_since).total_seconds() + i.definition.spec["review_sla_seconds"], i.id)
+    )
+    return breached[:ROWS], total
+
+
 def _row(instance: WorkflowInstance, identity, may_recover: bool) -> QueueRow:
+    since = clock.now() - instance.review_since if instance.review_since else None
+    sla = instance.definition.spec.get("review_sla_seconds")
     return QueueRow(
         instance=instance,
-        age=age(clock.now() - instance.review_since) if instance.review_since else "",
+        age=age(since) if since else "",
         next_operation=_next_operation(instance, identity) if may_recover else None,
+        over_sla=age(since - dt.timedelta(seconds=sla)) if since and sla and since.total_seconds() > sla else "",
     )
 
 

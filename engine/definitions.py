@@ -7,7 +7,8 @@ A definition document (JSON) is::
                 "queue": "payments", ...}, ...]}
 
 ``version`` is optional (next free version); ``deadline_seconds`` (the instance deadline) is
-optional. ``application`` names the application whose quota the instance's tasks charge.
+optional, as is ``review_sla_seconds`` (how long an instance may wait in review before the console's
+queue flags it; the engine ignores it). ``application`` names the application whose quota the instance's tasks charge.
 Every error names the offending field (``steps[2].after[0]``). The stored ``spec`` is the
 normalised document: every step with its key, kind, after and all kind-specific fields with
 their defaults filled in, and ``contract`` (the result contract, a JSON Schema; ``{}`` allows
@@ -248,7 +249,7 @@ def _check_graph(steps: list[dict]) -> None:
 
 
 def definition_validate(*, namespace_id: str, document: Any) -> dict:
-    """The normalised definition (name, version?, application, deadline_seconds, steps, queues).
+    """The normalised definition (name, version?, application, deadline_seconds, review_sla_seconds?, steps, queues).
 
     Refuses (InvalidArgument naming the field) a bad step key, ``$root``, a duplicate key, an
     unknown ``after``, a cycle, an unknown queue or application, a POLL step without its
@@ -257,7 +258,7 @@ def definition_validate(*, namespace_id: str, document: Any) -> dict:
     if not isinstance(document, dict):
         raise _fail("definition", "must be a JSON object")
     document = exactjson.to_python(document)
-    _only(document, ("name", "version", "application", "deadline_seconds", "steps"), "")
+    _only(document, ("name", "version", "application", "deadline_seconds", "review_sla_seconds", "steps"), "")
     name = document.get("name")
     if not isinstance(name, str) or not is_name(name):
         raise _fail("name", "must match [a-z0-9][a-z0-9_.-]{0,63}")
@@ -269,6 +270,8 @@ def definition_validate(*, namespace_id: str, document: Any) -> dict:
     ):
         raise _fail("application", "must name an application of this namespace")
     deadline_seconds = _integer(document, "deadline_seconds", "", low=1, high=MAX_SECONDS, default=None)
+    # How long an instance may wait in review before the console's queue flags it (no engine effect).
+    review_sla = _integer(document, "review_sla_seconds", "", low=1, high=MAX_SECONDS, default=None)
     raw_steps = document.get("steps")
     if not isinstance(raw_steps, list) or not raw_steps:
         raise _fail("steps", "must be a non-empty list")
@@ -278,7 +281,12 @@ def definition_validate(*, namespace_id: str, document: Any) -> dict:
     return {
         "name": name,
         "version": version,
-        "spec": {"application": application, "deadline_seconds": deadline_seconds, "steps": steps},
+        "spec": {
+            "application": application,
+            "deadline_seconds": deadline_seconds,
+            **({"review_sla_seconds": review_sla} if review_sla else {}),
+            "steps": steps,
+        },
         "queues": sorted({step["queue"] for step in steps if "queue" in step}),
     }
 

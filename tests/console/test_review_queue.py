@@ -6,10 +6,12 @@ import re
 import pytest
 from django.contrib import admin
 
+from core.errors import InvalidArgument
+from engine.definitions import definition_validate
 from engine.runner import runner_settle
 from history.models import WorkflowInstance
 from tests.console.test_recovery_forms import _form, _review_post
-from tests.states import task_failed_state, task_unknown_state
+from tests.states import TASK_STEP, poll_round_unknown_state, task_failed_state, task_unknown_state
 
 pytestmark = pytest.mark.django_db
 
@@ -33,7 +35,7 @@ def _home(client, query: str = "") -> str:
 
 
 def _rows(html: str) -> list[str]:
-    return re.findall(r'<tr data-instance="([^"]+)">', html)
+    return re.findall(r'<tr data-instance="([^"]+)"', html)
 
 
 def test_the_home_lists_the_instances_in_review_oldest_first_with_counts_and_each_next_operation(
@@ -113,3 +115,27 @@ def test_the_status_the_instance_page_polls_counts_what_the_background_has_yet_t
     assert 'id="follow"' not in page and 'data-next="resolve-step"' in page
     form = client.get(re.search(r'href="([^"]+)" data-next=', page).group(1).replace("&amp;", "&")).content.decode()
     assert 'id="prefilled"' in form and "payment confirmed in the ledger</textarea>" in form and "autofocus" in form
+
+
+def test_reviews_past_their_definitions_sla_come_first_and_are_flagged(client, console_user, tenancy):
+    unknown = task_unknown_state(tenancy).instance
+    polled = poll_round_unknown_state(tenancy).instance  # another definition, which declares an SLA
+    since = WorkflowInstance.objects.get(pk=unknown.id).review_since
+    WorkflowInstance.objects.filter(pk=polled.id).update(review_since=since + dt.timedelta(minutes=3))
+    spec = polled.definition.spec | {"review_sla_seconds": 60}
+    type(polled.definition).objects.filter(pk=polled.definition_id).update(spec=spec)
+    client.force_login(console_user("olga", "operators"))
+    html = _home(client)
+    assert _rows(html) == [polled.id, unknown.id]  # the newer review first: it is past its SLA
+    assert 'id="queue-over-sla">1 past its definition' in html
+    assert f'<tr data-instance="{polled.id}" class="weave-over-sla">' in html
+    row = html.split(f'data-instance="{polled.id}"')[1].split("</tr>")[0]
+    assert "over its SLA)" in row
+
+
+def test_a_definition_declares_its_review_sla_and_a_bad_one_is_refused_by_name(tenancy):
+    namespace, application, _ = tenancy
+    document = {"name": "slow", "application": application.name, "steps": [TASK_STEP], "review_sla_seconds": 900}
+    assert definition_validate(namespace_id=namespace.id, document=document)["spec"]["review_sla_seconds"] == 900
+    with pytest.raises(InvalidArgument, match="review_sla_seconds"):
+        definition_validate(namespace_id=namespace.id, document=document | {"review_sla_seconds": 0})
