@@ -51,6 +51,7 @@ from console.forms import (
 from console.graph import step_graph_svg
 from console.links import next_operation, operation_link
 from console.queue import age
+from console.views_saved import SavedViewForm, kept_query
 from core import clock
 from core.errors import Aborted, InvalidArgument, WeaveError
 from core.identity import identity_of_user
@@ -375,6 +376,7 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
     search_fields = ("^id", "^business_key")
     ordering = ("-updated_at",)
     instance_template = "admin/console/instance_page.html"
+    change_list_template = "admin/console/instance_change_list.html"
     actions = ["continue_selected", "retry_step_selected"]
 
     # The stored code, as the API answers it (the filter lists each code's meaning), and the step it concerns.
@@ -401,6 +403,10 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
     @admin.display(description="updated", ordering="updated_at")
     def updated(self, instance):
         return _ago(instance.updated_at, " ago")
+
+    def changelist_view(self, request, extra_context=None):
+        saving = {"save_form": SavedViewForm(user=request.user), "current_query": kept_query(request.GET)}
+        return super().changelist_view(request, {**saving, **(extra_context or {})})
 
     def instance_context(self, request, instance) -> dict:
         """The page's data, with the operations this user may start from it."""

@@ -7,6 +7,7 @@ from django.template.response import TemplateResponse
 from django.urls import path
 
 from console.queue import review_queue
+from console.views_saved import SavedViewForm, delete_view, kept_query, save_view, view_url, views_of
 from console.zone import PreferencesForm
 from history.models import Operator
 
@@ -75,7 +76,12 @@ class ConsoleSite(admin.AdminSite):
         return groups
 
     def get_urls(self):
-        return [path("preferences/", self.admin_view(self.preferences_view), name="preferences"), *super().get_urls()]
+        return [
+            path("preferences/", self.admin_view(self.preferences_view), name="preferences"),
+            path("views/save/", self.admin_view(save_view), name="saved_view_save"),
+            path("views/<int:pk>/delete/", self.admin_view(delete_view), name="saved_view_delete"),
+            *super().get_urls(),
+        ]
 
     def preferences_view(self, request):
         """The operator's own settings: the zone the console shows times in."""
@@ -92,7 +98,13 @@ class ConsoleSite(admin.AdminSite):
         return TemplateResponse(request, "admin/console/preferences.html", context)
 
     def index(self, request, extra_context=None):
-        return super().index(request, {"queue": review_queue(request), **(extra_context or {})})
+        context = {
+            "queue": review_queue(request),
+            "saved_views": [(view, view_url(view)) for view in views_of(request.user)],
+            "save_form": SavedViewForm(user=request.user),
+            "current_query": kept_query(request.GET),
+        }
+        return super().index(request, {**context, **(extra_context or {})})
 
 
 def _named() -> set[str]:
