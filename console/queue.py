@@ -89,8 +89,7 @@ def _past_sla(rows, identity) -> tuple[list[WorkflowInstance], int]:
     now = clock.now()
     slas = {
         definition.id: definition.spec["review_sla_seconds"]
-        for definition in visible_rows(WorkflowDefinition.objects.all(), identity)
-        if definition.spec.get("review_sla_seconds")
+        for definition in visible_rows(WorkflowDefinition.objects.filter(spec__has_key="review_sla_seconds"), identity)
     }
     breached, total = [], 0
     for definition_id, sla in slas.items():
