@@ -96,20 +96,26 @@ def _past_sla(rows, identity) -> tuple[list[WorkflowInstance], int]:
         late = rows.filter(definition_id=definition_id, review_since__lt=now - dt.timedelta(seconds=sla))
         total += late.count()
         breached += late.select_related("definition").order_by("review_since", "id")[:ROWS]
-    breached.sort(
-        key=lambda i: (-(now - i.review_since).total_seconds() + i.definition.spec["review_sla_seconds"], i.id)
-    )
+    breached.sort(key=lambda i: (-_overdue(i, now), i.id))
     return breached[:ROWS], total
 
 
-def _row(instance: WorkflowInstance, identity, may_recover: bool) -> QueueRow:
-    since = clock.now() - instance.review_since if instance.review_since else None
+def _overdue(instance: WorkflowInstance, now) -> dt.timedelta:
+    """How long past its definition's review SLA the instance has waited (zero within it or without one)."""
     sla = instance.definition.spec.get("review_sla_seconds")
+    if not sla or instance.review_since is None:
+        return dt.timedelta(0)
+    return max(now - instance.review_since - dt.timedelta(seconds=sla), dt.timedelta(0))
+
+
+def _row(instance: WorkflowInstance, identity, may_recover: bool) -> QueueRow:
+    now = clock.now()
+    overdue = _overdue(instance, now)
     return QueueRow(
         instance=instance,
-        age=age(since) if since else "",
+        age=age(now - instance.review_since) if instance.review_since else "",
         next_operation=_next_operation(instance, identity) if may_recover else None,
-        over_sla=age(since - dt.timedelta(seconds=sla)) if since and sla and since.total_seconds() > sla else "",
+        over_sla=age(overdue) if overdue else "",
     )
 
 
