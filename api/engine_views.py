@@ -13,6 +13,7 @@ from api.history_views import next_cursor
 from api.instance_filters import instance_query
 from api.params import list_params, page_params, path_id
 from api.permissions import Authenticated, scope_required
+from api.rendering import receipt_response
 from core import exactjson
 from core.errors import InvalidArgument
 from core.request_id import request_id_of
@@ -22,18 +23,10 @@ from engine.instances import instance_cancel, instance_pause, instance_resume, i
 from engine.signals import signal_accept
 from engine.worker import task_claim, task_complete, task_heartbeat
 from history import idempotency
-from history.idempotency import Receipt
 from history.models import InstanceState, ReviewCause, Scope, StopKind
 from history.selectors import instance_list, signals
 from history.selectors.instance_list import ORDERS
 from history.tenancy import is_name
-
-
-def _receipt_response(receipt: Receipt) -> Response:
-    response = Response(exactjson.Raw(receipt.text), status=receipt.status)
-    if receipt.replayed:
-        response["Idempotent-Replayed"] = "true"
-    return response
 
 
 def _idempotency_key(request):
@@ -87,7 +80,7 @@ class WorkflowsView(ReadWriteView):
             idempotency_key=_idempotency_key(request),
             request_id=request_id_of(request),
         )
-        return _receipt_response(receipt)
+        return receipt_response(receipt)
 
 
 class WorkflowSignalsView(ReadWriteView):
@@ -123,7 +116,7 @@ class WorkflowSignalsView(ReadWriteView):
             idempotency_key=_idempotency_key(request),
             request_id=request_id_of(request),
         )
-        return _receipt_response(receipt)
+        return receipt_response(receipt)
 
 
 def _control_view(service, doc: str):

@@ -106,6 +106,22 @@ class ControlCommand(Command):
     reason = reason(required=False)
 
 
+class NoteCommand(Command):
+    text = schema.text_field(max_length=limits.MAX_NOTE_TEXT, help_text="what the operator found or did")
+    evidence_ref = evidence_ref(required=False)
+    corrects = schema.IdField(required=False, help_text="an earlier note of this workflow that this one corrects")
+
+
+class AcknowledgeCommand(Command):
+    """No fields: the caller acknowledges the current review."""
+
+
+class AssignCommand(Command):
+    assignee = schema.text_field(
+        max_length=32, blank=True, help_text='the actor id of an operator of the namespace; "" unassigns'
+    )
+
+
 class ClaimCommand(Command):
     worker = schema.text_field(max_length=128, help_text="printable characters naming the worker")
     lease_seconds = lease_seconds()
@@ -268,6 +284,24 @@ ATTEMPT_ERRORS = {
 }
 
 
+NOTE_ERRORS = {
+    400: f"INVALID_ARGUMENT: a malformed id, command or Idempotency-Key, {schema.BODY_LIMITS} (field named)",
+    **AUTH_ERRORS,
+    **TOO_LARGE,
+    404: f"{WORKFLOW_NOT_FOUND}; or corrects names no note of this workflow (field corrects)",
+    409: _KEY_REUSED,
+    **UNAVAILABLE,
+}
+ATTENTION_ERRORS = {
+    400: f"INVALID_ARGUMENT: a malformed id or command, or an assignee that is no operator of the namespace, "
+    f"{schema.BODY_LIMITS} (field named); FAILED_PRECONDITION: the instance is not in review",
+    **AUTH_ERRORS,
+    **TOO_LARGE,
+    404: WORKFLOW_NOT_FOUND,
+    **UNAVAILABLE,
+}
+
+
 # ---- the whole document -----------------------------------------------------------------------
 
 # Where a client goes next with an answer: (source operation, status) → {link name: (target, parameters, body)}.
@@ -301,6 +335,9 @@ LINKS = {
         "HeartbeatTask": ("heartbeat_task", _TASK, _ATTEMPT),
         "CompleteTask": ("complete_task", _TASK, _ATTEMPT),
         "GetTaskSource": ("get_task_source", _TASK, None),
+    },
+    ("add_workflow_note", "201"): {
+        "ListWorkflowNotes": ("list_workflow_notes", {"id": "$response.body#/data/workflow_id"}, None),
     },
     ("get_workflow_task", "200"): {"GetTaskSource": ("get_task_source", _TASK, None)},
     ("get_task_source", "200"): {

@@ -8,6 +8,7 @@ as ``Raw`` (a NULL column is an absent output; the text ``null`` an explicit one
 from core.exactjson import Raw
 from core.ids import ROOT_STEP_KEY
 from core.times import format_time
+from history.audits import attention_snapshot, note_snapshot
 from history.models import (
     Activation,
     Attempt,
@@ -23,6 +24,7 @@ from history.models import (
     WorkflowOperation,
 )
 from history.selectors.activations import ActivationDetail, ActivationPage, PollRoundPage
+from history.selectors.annotations import NotePage
 from history.selectors.events import EventPage
 from history.selectors.instance_list import ReviewSummary
 from history.selectors.instances import InstanceDetail, LateEvidence, TaskDetail
@@ -462,3 +464,11 @@ def review_summary(summary: ReviewSummary) -> dict:
         ],
         "definitions_truncated": summary.definitions_truncated,
     }
+
+
+def note_page(result: NotePage, *, next_cursor: str | None) -> dict:
+    """The notes, newest first, after the current review's acknowledgement and assignment (absent when none)."""
+    data = {"workflow_id": result.instance.id, "revision": str(result.instance.revision)}
+    if result.attention is not None:
+        data["attention"] = attention_snapshot(result.attention)
+    return _page(data, items=[note_snapshot(note) for note in result.page.items], next_cursor=next_cursor)

@@ -1,8 +1,10 @@
-"""POST /v1/workflows/{id}/recovery/{operation}: the six operations over HTTP.
+"""POST /v1/workflows/{id}/recovery/{operation}: the six operations over HTTP, and the decisions on the
+proposals an approval policy makes of them (POST …/proposals/{proposal_id}/approve|reject).
 
 The view only reads the Idempotency-Key header and the JSON body and calls the operation's
 service; the receipt's stored text is answered verbatim, so a replay's ``data`` is
 byte-identical to the first answer (with a new request_id) and says ``Idempotent-Replayed``.
+A command an approval policy holds back answers 202 with the proposal instead of the receipt.
 ``RecoverySchema`` describes each route as its own OpenAPI operation: its command and its errors.
 """
 
@@ -11,20 +13,20 @@ from dataclasses import fields
 from functools import partial
 
 from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
+from drf_spectacular.utils import OpenApiResponse, PolymorphicProxySerializer, extend_schema, extend_schema_field
 from rest_framework import serializers
-from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api import openapi, schema
 from api.permissions import scope_required
-from core import exactjson
+from api.rendering import receipt_response
 from core.ids import ID_PATTERN
 from core.request_id import request_id_of
 from history import idempotency
 from history.models import Scope
 from recovery.commands import NOT_NULL
 from recovery.operations import OPERATIONS
+from recovery.proposals import proposal_approve, proposal_reject
 
 IDEMPOTENCY_HEADER = idempotency.HEADER
 
@@ -104,6 +106,24 @@ class RecoveryReceipt(serializers.Serializer):
     activation_id = schema.IdField(required=False, help_text="every operation but Continue")
     activation_sequence = schema.u32(min_value=1, required=False, help_text="every operation but Continue")
     task_id = schema.IdField(required=False, help_text="ReviewTask: the reviewed task; RetryStep: the new task")
+    proposal_id = schema.IdField(required=False, help_text="an approved proposal's: the operation ran from it")
+
+
+class ProposalAnswer(serializers.Serializer):
+    """A recovery command held for a second person (an approval policy applies), or the decision on one."""
+
+    proposal_id = schema.IdField()
+    workflow_id = schema.IdField()
+    operation = serializers.CharField(help_text="the operation's API name, e.g. retry-step")
+    state = serializers.ChoiceField(choices=["PENDING", "APPROVED", "REJECTED", "EXPIRED"])
+    expected_revision = schema.RevisionField(help_text="the instance revision the command was checked at")
+    proposed_by = serializers.CharField(help_text="the proposer's actor id; only another actor may approve")
+    reason = serializers.CharField()
+    evidence_ref = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField(help_text="unapproved by then, the runner expires it")
+    decided_by = serializers.CharField(help_text="empty while PENDING")
+    decided_at = serializers.DateTimeField(allow_null=True)
 
 
 _ERRORS = {
@@ -140,7 +160,13 @@ class RecoverySchema(AutoSchema):
         errors = {
             code: text for code, text in _ERRORS.items() if code != 429 or OPERATIONS[self.view.operation].takes_quota
         }
-        return schema.responses(RecoveryReceipt, errors=errors)
+        return schema.responses(RecoveryReceipt, errors=errors) | {
+            202: OpenApiResponse(
+                schema.envelope(ProposalAnswer),
+                description="an approval policy applies: the command passed every check and waits as a proposal "
+                "for another person's approval (POST …/proposals/{proposal_id}/approve)",
+            )
+        }
 
 
 class RecoveryView(APIView):
@@ -159,7 +185,78 @@ class RecoveryView(APIView):
             command=request.data,
             request_id=request_id_of(request),
         )
-        response = Response(exactjson.Raw(receipt.text), status=receipt.status)
-        if receipt.replayed:
-            response["Idempotent-Replayed"] = "true"
-        return response
+        return receipt_response(receipt)
+
+
+class ApproveCommand(openapi.Command):
+    reason = openapi.reason(
+        required=False, help_text="an optional note of the approver's (the proposal has the reason)"
+    )
+
+
+class RejectCommand(openapi.Command):
+    reason = openapi.reason(help_text="why the proposal is not run")
+
+
+_DECISION_ERRORS = {
+    400: "INVALID_ARGUMENT: a malformed id, Idempotency-Key or body (field named); FAILED_PRECONDITION: the "
+    "proposal is no longer PENDING or has expired; approve: the instance is not NEEDS_REVIEW, its inbox is not "
+    "clean, or a rule of the operation",
+    **openapi.AUTH_ERRORS,
+    403: "PERMISSION_DENIED: the credential lacks workflows:recover; approve: the caller proposed it",
+    **openapi.TOO_LARGE,
+    404: f"{openapi.WORKFLOW_NOT_FOUND}; or no such proposal of this workflow",
+    409: "ABORTED: approve: the instance or a row the command names moved since it was proposed (nothing is "
+    "written: propose again); ALREADY_EXISTS: this Idempotency-Key was used for another command",
+    **openapi.UNAVAILABLE,
+}
+_APPROVAL_ERRORS = _DECISION_ERRORS | {
+    429: "RESOURCE_EXHAUSTED: the application or queue quota has no room for the operation's new task"
+}
+
+
+def _decision_view(service, command, answer: type[serializers.Serializer], summary: str, errors: dict):
+    class DecisionView(APIView):
+        __doc__ = f"POST /v1/workflows/{{id}}/proposals/{{proposal_id}}/{service.__name__.removeprefix('proposal_')}"
+        permission_classes = [scope_required(Scope.RECOVER)]
+
+        @extend_schema(
+            operation_id=f"{service.__name__.removeprefix('proposal_')}_recovery_proposal",
+            summary=summary,
+            parameters=[
+                INSTANCE_ID,
+                schema.path_parameter("proposal_id", "the proposal's id", ID_PATTERN),
+                *schema.idempotency_key(status=200),
+            ],
+            request=command,
+            responses=schema.responses(answer, errors=errors),
+        )
+        def post(self, request, instance_id: str, proposal_id: str):
+            receipt = service(
+                identity=request.auth,
+                instance_id=instance_id,
+                proposal_id=proposal_id,
+                idempotency_key=idempotency.key_check(request.headers.get(IDEMPOTENCY_HEADER)),
+                command=request.data,
+                request_id=request_id_of(request),
+            )
+            return receipt_response(receipt)
+
+    DecisionView.__name__ = f"{service.__name__}_view"
+    return DecisionView
+
+
+ProposalApproveView = _decision_view(
+    proposal_approve,
+    ApproveCommand,
+    RecoveryReceipt,
+    "Approve a recovery proposal: its stored command runs now (workflows:recover; not its proposer)",
+    _APPROVAL_ERRORS,
+)
+ProposalRejectView = _decision_view(
+    proposal_reject,
+    RejectCommand,
+    ProposalAnswer,
+    "Reject a recovery proposal: nothing runs (workflows:recover; its proposer may withdraw it)",
+    _DECISION_ERRORS,
+)

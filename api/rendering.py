@@ -1,7 +1,9 @@
 from rest_framework.renderers import BaseRenderer
+from rest_framework.response import Response
 
 from core import exactjson
 from core.request_id import request_id_of
+from history.idempotency import Receipt
 
 
 class ExactJSONRenderer(BaseRenderer):
@@ -23,3 +25,11 @@ class ExactJSONRenderer(BaseRenderer):
         # A lone surrogate (a client's "\\ud800", echoed in an error's field) cannot be UTF-8: it can
         # only stand inside a JSON string, where its backslash escape is the same JSON text.
         return exactjson.dumps(body).encode("utf-8", "backslashreplace")
+
+
+def receipt_response(receipt: Receipt) -> Response:
+    """A command's stored answer, verbatim; a replay says so in ``Idempotent-Replayed``."""
+    response = Response(exactjson.Raw(receipt.text), status=receipt.status)
+    if receipt.replayed:
+        response["Idempotent-Replayed"] = "true"
+    return response

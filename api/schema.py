@@ -795,3 +795,31 @@ class ReviewSummary(serializers.Serializer):
     causes = CauseCount(many=True, help_text="per review cause, the largest first")
     definitions = DefinitionCount(many=True, help_text="per definition, the busiest first, at most 100")
     definitions_truncated = serializers.BooleanField(help_text="more definitions have instances in review")
+
+
+class NoteItem(serializers.Serializer):
+    id = IdField()
+    workflow_id = IdField()
+    text = serializers.CharField(help_text="as written; notes are never edited")
+    evidence_ref = serializers.CharField(required=False)
+    corrects = IdField(required=False, help_text="the earlier note of this workflow that this one corrects")
+    author = IdField(help_text="the actor id of who wrote it")
+    created_at = TimeField()
+
+
+class Attention(serializers.Serializer):
+    workflow_id = IdField()
+    review_since = TimeField(help_text="the review this belongs to: a later review starts without it")
+    acknowledged_by = IdField(required=False, help_text="the actor id of who acknowledged the review first")
+    acknowledged_at = TimeField(required=False)
+    assignee = IdField(required=False, help_text="the actor id of the operator on the review")
+    assigned_by = IdField(required=False)
+    assigned_at = TimeField(required=False)
+
+
+class NotePage(serializers.Serializer):
+    workflow_id = IdField()
+    revision = RevisionField(help_text="the instance revision when this page was read; notes never change it")
+    attention = Attention(required=False, help_text="the current review's acknowledgement and assignment, if any")
+    items = NoteItem(many=True)
+    next_cursor = serializers.CharField(required=False)

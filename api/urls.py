@@ -3,9 +3,9 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerSplitView
 
-from api import engine_views, history_views
+from api import annotation_views, engine_views, history_views
 from api.identity_views import CredentialSelfView
-from api.recovery_views import RecoveryView
+from api.recovery_views import ProposalApproveView, ProposalRejectView, RecoveryView
 from recovery.operations import OPERATIONS
 
 W = "workflows/<str:id>"
@@ -27,6 +27,9 @@ urlpatterns = [
     path(f"{W}/tasks/<str:task>", history_views.TaskDetailView.as_view()),
     path(f"{W}/operations", history_views.WorkflowOperationListView.as_view()),
     path(f"{W}/events", history_views.EventListView.as_view()),
+    path(f"{W}/notes", annotation_views.WorkflowNotesView.as_view()),
+    path(f"{W}/acknowledge", annotation_views.WorkflowAcknowledgeView.as_view()),
+    path(f"{W}/assign", annotation_views.WorkflowAssignView.as_view()),
     path("workflows", engine_views.WorkflowsView.as_view()),
     path(f"{W}/pause", engine_views.WorkflowPauseView.as_view()),
     path(f"{W}/resume", engine_views.WorkflowResumeView.as_view()),
@@ -39,4 +42,6 @@ urlpatterns = [
         path(f"workflows/<str:instance_id>/recovery/{name}", RecoveryView.as_view(operation=name))
         for name in OPERATIONS
     ),
+    path("workflows/<str:instance_id>/proposals/<str:proposal_id>/approve", ProposalApproveView.as_view()),
+    path("workflows/<str:instance_id>/proposals/<str:proposal_id>/reject", ProposalRejectView.as_view()),
 ]

@@ -17,7 +17,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Q
 from django.http import (
@@ -36,16 +36,21 @@ from django.utils.formats import date_format
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 
+from console.approvals import instance_proposals, proposal_decide, proposal_of, proposal_page
+from console.attention import ACTIONS as ATTENTION_ACTIONS
+from console.attention import attention_context, attention_post, may_annotate
 from console.audit import EXPORT_FORMATS, TimeRangeFilter, actor_names, export_lines, newest_first
 from console.facts import decision_facts
 from console.forms import (
     BulkForm,
     ControlForm,
     SignalForm,
+    attach_error,
     declaration_label,
     form_command,
     fresh_key,
     hidden_copy,
+    preview_rows,
     recovery_form_class,
 )
 from console.graph import step_graph_svg
@@ -69,6 +74,7 @@ from history.selectors.instances import task_attempts
 from recovery.consequences import operation_consequences
 from recovery.eligibility import instance_eligibility, operation_preview
 from recovery.operations import OPERATIONS
+from recovery.pipeline import PROPOSED
 
 PERMISSIONS = {
     "recover": "history.recover_workflowinstance",
@@ -76,29 +82,6 @@ PERMISSIONS = {
     "signal": "history.signal_workflowinstance",
 }
 CONTROLS = {"pause": instance_pause, "resume": instance_resume, "cancel": instance_cancel}
-
-
-def _attach(form: forms.Form, error: WeaveError) -> None:
-    """Show a service refusal on the field it names, or above the form."""
-    field = error.field
-    if field in form.fields and not isinstance(form.fields[field].widget, forms.HiddenInput):
-        form.add_error(field, error.message)
-    else:
-        form.add_error(None, f"{error.code}: {error.message}")
-
-
-def preview_rows(preview: dict, prefix: str = "") -> list[tuple[str, object, object, bool]]:
-    """Flatten a preview into (what, before, after, changed) rows; ``{before, after}`` pairs are changes."""
-    rows = []
-    for key, value in preview.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and set(value) == {"before", "after"}:
-            rows.append((name, value["before"], value["after"], value["before"] != value["after"]))
-        elif isinstance(value, dict):
-            rows += preview_rows(value, f"{name}.")
-        else:
-            rows.append((name, value, value, False))
-    return rows
 
 
 # The admin page of each timeline subject; an audit's depends on which audit it is.
@@ -434,6 +417,9 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             "facts": decision_facts(page),
             # Records the background has not consumed yet: the page follows it until they are.
             "pending": _background_pending(instance),
+            "proposals": instance_proposals(instance),
+            # Acknowledgement, assignment and notes: never the engine's state.
+            "attention": attention_context(request, instance),
         }
         identity = identity_of_user(user)
         if not self.has_recover_permission(request) or identity is None:
@@ -517,8 +503,48 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             ),
             path("<str:object_id>/signal/", view(self.signal_view), name="history_workflowinstance_signal"),
             path("<str:object_id>/status/", view(self.status_view), name="history_workflowinstance_status"),
+            path(
+                "<str:object_id>/proposals/<str:proposal_id>/",
+                view(self.proposal_view),
+                name="history_workflowinstance_proposal",
+            ),
+            path(
+                "<str:object_id>/attention/<str:action>/",
+                view(self.attention_view),
+                name="history_workflowinstance_attention",
+            ),
             *super().get_urls(),
         ]
+
+    def attention_view(self, request, object_id, action):
+        """Acknowledge, assign or note (POST only); back to the instance page with a message."""
+        if action not in ATTENTION_ACTIONS:
+            raise Http404("no such action")
+        if request.method == "POST" and not may_annotate(request.user):
+            raise PermissionDenied
+        instance = self.visible_instance(request, object_id)
+        return attention_post(request, instance, action, back=self._instance_url(instance.id))
+
+    def proposal_view(self, request, object_id, proposal_id):
+        """A proposal held for approval: read it, then approve or reject it (the recover permission)."""
+        self._identity(request, "recover")
+        instance = self.visible_instance(request, object_id)
+        proposal = proposal_of(instance, proposal_id)
+        form = None
+        if request.method == "POST":
+            form = proposal_decide(request, instance, proposal)
+            if form is None:
+                return HttpResponseRedirect(self._instance_url(instance.id))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"Proposal — instance {instance.id}",
+            "instance": instance,
+            "instance_url": self._instance_url(instance.id),
+            **proposal_page(request, instance, proposal),
+            **({"form": form} if form is not None else {}),
+        }
+        return TemplateResponse(request, "admin/console/proposal.html", context)
 
     def status_view(self, request, object_id):
         """What the instance page polls while the background has records to consume: small, no page."""
@@ -591,7 +617,7 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
                     form = hidden_copy(form)
                 except WeaveError as error:
                     conflict = isinstance(error, Aborted)
-                    _attach(form, error)
+                    attach_error(form, error)
         else:
             form = form_class(initial=self._initial(request, instance, spec))
         context = {
@@ -625,7 +651,13 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
 
     def _done(self, request, spec, receipt) -> None:
         data = receipt.data
-        if receipt.replayed:
+        if receipt.status == PROPOSED:
+            messages.info(
+                request,
+                f"{spec.title} needs a second person's approval here: it is held as proposal {data['proposal_id']} "
+                f"until {data['expires_at']}; nothing was run yet.",
+            )
+        elif receipt.replayed:
             messages.warning(
                 request,
                 f"{spec.title} was already applied with this form (same idempotency key): nothing was done twice.",
@@ -657,7 +689,7 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
                     messages.success(request, f"Instance {action} recorded.")
                     return HttpResponseRedirect(self._instance_url(instance.id))
                 except WeaveError as error:
-                    _attach(form, error)
+                    attach_error(form, error)
         else:
             form = ControlForm(
                 initial={"expected_control_revision": request.GET.get("control_revision") or instance.control_revision}
@@ -682,7 +714,7 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
                     messages.success(request, "Signal accepted; the background matches it to its wait.")
                     return HttpResponseRedirect(self._instance_url(instance.id))
                 except WeaveError as error:
-                    _attach(form, error)
+                    attach_error(form, error)
         else:
             form = SignalForm(initial={"idempotency_key": fresh_key()})
         return self._simple_form(request, instance, form, title="Send signal")
@@ -1017,6 +1049,66 @@ class IdempotencyReceiptAdmin(ReadOnlyAdmin):
     list_display = ("key", "operation", "namespace", "workflow", "status_code", "created_at")
     list_select_related = ("namespace",)
     search_fields = ("=key", "=workflow__id")
+
+
+class ApprovalPolicyForm(forms.ModelForm):
+    """A policy of the operator's namespace: a definition name of it (or every one) and an operation (or every one)."""
+
+    class Meta:
+        model = models.ApprovalPolicy
+        fields = ("definition_name", "operation", "approvals_required")
+
+    namespace_id = ""  # set per request by ApprovalPolicyAdmin.get_form
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        namespace_id = self.instance.namespace_id = self.namespace_id
+        names = models.WorkflowDefinition.objects.filter(namespace_id=namespace_id).values_list("name", flat=True)
+        self.fields["definition_name"] = forms.ChoiceField(
+            choices=[("", "every definition"), *((name, name) for name in sorted(set(names)))],
+            required=False,
+            label="Definition",
+        )
+        self.fields["operation"] = forms.ChoiceField(
+            choices=[("", "every operation"), *((op.name, op.title) for op in OPERATIONS.values())],
+            required=False,
+        )
+
+    def validate_unique(self):
+        # namespace is not a form field, so the model form would leave the unique constraint unchecked.
+        try:
+            self.instance.validate_constraints()
+        except ValidationError as error:
+            self._update_errors(error)
+
+
+@admin.register(models.ApprovalPolicy)
+class ApprovalPolicyAdmin(admin.ModelAdmin):
+    """Which recovery operations need a second person; the approvers group manages them (its permissions)."""
+
+    list_display = ("definition_name_shown", "operation_shown", "approvals_required")
+    form = ApprovalPolicyForm
+
+    class Media:
+        css = {"all": ["console/console.css"]}
+
+    @admin.display(description="definition", ordering="definition_name")
+    def definition_name_shown(self, policy) -> str:
+        return policy.definition_name or "every definition"
+
+    @admin.display(description="operation", ordering="operation")
+    def operation_shown(self, policy) -> str:
+        return OPERATIONS[policy.operation].title if policy.operation else "every operation"
+
+    def get_queryset(self, request):
+        return scoped(request, super().get_queryset(request))
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        identity = identity_of_user(request.user)
+        if identity is None:
+            raise PermissionDenied
+        form = super().get_form(request, obj, change, **kwargs)
+        return type(form.__name__, (form,), {"namespace_id": identity.namespace_id})
 
 
 @admin.register(models.Continuation)

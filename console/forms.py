@@ -7,6 +7,7 @@ and a double submit replays the first receipt instead of acting twice.
 
 from django import forms
 
+from core.errors import WeaveError
 from core.fields import json_form_value
 from core.ids import new_id
 from recovery.pipeline import Operation
@@ -142,3 +143,26 @@ class BulkForm(forms.Form):
     reason = forms.CharField(max_length=1024, widget=forms.Textarea(attrs={"rows": 2, "cols": 80}))
     evidence_ref = forms.CharField(max_length=512)
     declaration = forms.BooleanField(required=True)
+
+
+def attach_error(form: forms.Form, error: WeaveError) -> None:
+    """Show a service refusal on the field it names, or above the form."""
+    field = error.field
+    if field in form.fields and not isinstance(form.fields[field].widget, forms.HiddenInput):
+        form.add_error(field, error.message)
+    else:
+        form.add_error(None, f"{error.code}: {error.message}")
+
+
+def preview_rows(preview: dict, prefix: str = "") -> list[tuple[str, object, object, bool]]:
+    """Flatten a preview into (what, before, after, changed) rows; ``{before, after}`` pairs are changes."""
+    rows = []
+    for key, value in preview.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and set(value) == {"before", "after"}:
+            rows.append((name, value["before"], value["after"], value["before"] != value["after"]))
+        elif isinstance(value, dict):
+            rows += preview_rows(value, f"{name}.")
+        else:
+            rows.append((name, value, value, False))
+    return rows

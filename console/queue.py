@@ -13,6 +13,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils.http import urlencode
 
+from console.attention import queue_attention
 from console.links import next_operation
 from core import clock
 from core.identity import identity_of_user
@@ -33,6 +34,10 @@ class QueueRow:
     next_operation: dict | None
     # How long past its definition's review SLA ("" within it, or without one).
     over_sla: str = ""
+    # Who acknowledged the review and who is on it (login names), and how many notes the instance has.
+    acknowledged_by: str = ""
+    assignee: str = ""
+    notes: int = 0
 
 
 def review_queue(request) -> dict | None:
@@ -63,6 +68,8 @@ def review_queue(request) -> dict | None:
     oldest = (breached + oldest)[: ROWS + 1]
     may_recover = request.user.has_perm("history.recover_workflowinstance")
     summary = review_summary(identity=identity)
+    rows = [_row(instance, identity, may_recover) for instance in oldest[:ROWS]]
+    queue_attention(rows, identity.namespace_id)
     return {
         "total": summary.total,
         "over_sla": over_sla,
@@ -74,7 +81,7 @@ def review_queue(request) -> dict | None:
         "chosen": chosen,
         "error": error,
         "filtered": any(chosen.values()),
-        "rows": [_row(instance, identity, may_recover) for instance in oldest[:ROWS]],
+        "rows": rows,
         "more": len(oldest) > ROWS,
         "rows_cap": ROWS,
         "changelist": reverse("admin:history_workflowinstance_changelist")

@@ -6,9 +6,11 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path
 
+from console.approvals import queue_proposals
 from console.queue import review_queue
 from console.views_saved import SavedViewForm, delete_view, kept_query, save_view, view_url, views_of
 from console.zone import PreferencesForm
+from core.identity import identity_of_user
 from history.models import Operator
 
 # Each admin table under the heading of its purpose, in this order; a table no heading names goes
@@ -44,6 +46,7 @@ PURPOSES = {
         "history.Queue",
         "history.Credential",
         "history.Operator",
+        "history.ApprovalPolicy",
         "auth.User",
         "auth.Group",
     ),
@@ -98,8 +101,10 @@ class ConsoleSite(admin.AdminSite):
         return TemplateResponse(request, "admin/console/preferences.html", context)
 
     def index(self, request, extra_context=None):
+        identity = identity_of_user(request.user)
         context = {
             "queue": review_queue(request),
+            "proposals": queue_proposals(identity) if identity is not None else [],
             "saved_views": [(view, view_url(view)) for view in views_of(request.user)],
             "save_form": SavedViewForm(user=request.user),
             "current_query": kept_query(request.GET),

@@ -38,6 +38,7 @@ PERMISSION_SCOPES = {
     "history.recover_workflowinstance": "workflows:recover",
     "history.control_workflowinstance": "workflows:control",
     "history.signal_workflowinstance": "workflows:write",
+    "history.annotate_workflowinstance": "workflows:annotate",
 }
 
 

@@ -50,5 +50,7 @@ TOKEN_RE = re.compile(TOKEN_PATTERN)
 IDEMPOTENCY_KEY_RE = re.compile(IDEMPOTENCY_KEY_PATTERN)
 
 MAX_REASON = 1024
+# An operator's note on an instance: room for a paragraph of findings, not a document.
+MAX_NOTE_TEXT = 4000
 MAX_EVIDENCE_REF = 512
 MAX_IDEMPOTENCY_KEY = 128

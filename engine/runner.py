@@ -41,6 +41,8 @@ from history.models import (
     InboxSource,
     InboxState,
     InstanceState,
+    Proposal,
+    ProposalState,
     ResultKind,
     ReviewCause,
     Signal,
@@ -56,6 +58,7 @@ from history.models import (
     WorkflowDefinition,
     WorkflowInstance,
 )
+from history.proposals import ENGINE_ACTOR, proposal_close
 
 BATCH = 100
 log = logging.getLogger("weave.background")
@@ -272,6 +275,28 @@ def pass_signal_expiry() -> int:
     return _each("signal_expiry", "signal", rows, lambda s, i: atomic_with_retry(lambda: _expire_signal(i, s)))
 
 
+def _expire_proposal(proposal_id: str, instance_id: str) -> bool:
+    locks = LockSet()
+    proposal = locks.lock_one(Level.PROPOSAL, proposal_id, skip_locked=True)
+    if proposal is None or proposal.state != ProposalState.PENDING or proposal.expires_at > clock.now():
+        return False
+    instance = locks.lock_one(Level.INSTANCE, instance_id, skip_locked=True)
+    if instance is None:
+        return False
+    proposal_close(proposal=proposal, instance=instance, state=ProposalState.EXPIRED, actor_id=ENGINE_ACTOR)
+    return True
+
+
+def pass_proposal_expiry() -> int:
+    """PENDING recovery proposals past expires_at → EXPIRED: audited, nothing else changes."""
+    rows = (
+        Proposal.objects.filter(state=ProposalState.PENDING, expires_at__lte=clock.now())
+        .exclude(id__in=open_item_ids("proposal_expiry"))
+        .values_list("id", "workflow_id")[:BATCH]
+    )
+    return _each("proposal_expiry", "proposal", rows, lambda p, i: atomic_with_retry(lambda: _expire_proposal(p, i)))
+
+
 def _poll_round(instance_id: str, activation_id: str) -> bool:
     locks = LockSet()
     graph = instance_lock_graph(locks=locks, instance_id=instance_id, skip_locked=True)
@@ -383,6 +408,7 @@ PASSES: dict[str, Callable[[], int]] = {
     "timers": pass_timers,
     "wait_deadlines": pass_wait_deadlines,
     "signal_expiry": pass_signal_expiry,
+    "proposal_expiry": pass_proposal_expiry,
     "inbox": pass_inbox,
     "buffered_signals": pass_buffered_signals,
     "poll_rounds": pass_poll_rounds,

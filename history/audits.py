@@ -12,6 +12,8 @@ always built by the same function here; the API answers ``before`` and ``after``
   kind (``instance``, ``step``, ``activation``, ``task``, ``wait``, ``new_activation``, …);
 - task review (``task.review``): the task's snapshot, flat;
 - signal acceptance (``workflow.signal``): before null, after the acceptance snapshot.
+- notes (``workflow.note``): before null, after the note; acknowledgement and assignment
+  (``workflow.acknowledge|assign``): the review's attention before and after.
 """
 
 import datetime as dt
@@ -22,6 +24,8 @@ from history.models import (
     Activation,
     AuditRecord,
     Gate,
+    Note,
+    ReviewAttention,
     Signal,
     Step,
     Task,
@@ -159,4 +163,27 @@ def signal_snapshot(signal: Signal) -> dict:
     }
     if signal.evidence_ref:
         snapshot["evidence_ref"] = signal.evidence_ref
+    return snapshot
+
+
+def note_snapshot(note: Note) -> dict:
+    """A note as written (``workflow.note``'s after, and the API's answer): optional members absent when blank."""
+    snapshot = {"id": note.id, "workflow_id": note.workflow_id, "text": note.text}
+    if note.evidence_ref:
+        snapshot["evidence_ref"] = note.evidence_ref
+    if note.corrects_id:
+        snapshot["corrects"] = note.corrects_id
+    return snapshot | {"author": note.author, "created_at": format_time(note.created_at)}
+
+
+def attention_snapshot(attention: ReviewAttention) -> dict:
+    """Who acknowledged an instance's current review and who is on it (``workflow.acknowledge|assign``)."""
+    snapshot = {"workflow_id": attention.instance_id, "review_since": format_time(attention.review_since)}
+    if attention.acknowledged_by:
+        snapshot["acknowledged_by"] = attention.acknowledged_by
+        snapshot["acknowledged_at"] = format_time(attention.acknowledged_at)
+    if attention.assignee:
+        snapshot["assignee"] = attention.assignee
+        snapshot["assigned_by"] = attention.assigned_by
+        snapshot["assigned_at"] = format_time(attention.assigned_at)
     return snapshot

@@ -1,4 +1,4 @@
-"""The console's three groups and what each may do; kept in sync after every migrate."""
+"""The console's four groups and what each may do; kept in sync after every migrate."""
 
 from django.contrib.auth.models import Group, Permission
 
@@ -8,10 +8,14 @@ WORKFLOW_PERMISSIONS = {
     "control": "control_workflowinstance",
     "signal": "signal_workflowinstance",
     "audit": "audit_workflowinstance",
+    "annotate": "annotate_workflowinstance",
 }
+# The approvers group alone manages the approval policies (four-eyes approval of recovery operations).
+POLICY_PERMISSIONS = ("add_approvalpolicy", "change_approvalpolicy", "delete_approvalpolicy")
 
 GROUPS = {
-    "operators": {"views": "engine", "workflow": ("recover", "control", "signal")},
+    "operators": {"views": "engine", "workflow": ("recover", "control", "signal", "annotate")},
+    "approvers": {"views": "engine", "workflow": ("recover", "annotate"), "manage": POLICY_PERMISSIONS},
     "auditors": {"views": "all", "workflow": ("audit",)},
     "viewers": {"views": "engine", "workflow": ()},
 }
@@ -28,4 +32,5 @@ def groups_ensure(**_kwargs) -> None:
         chosen += [
             by_codename[WORKFLOW_PERMISSIONS[w]] for w in grant["workflow"] if WORKFLOW_PERMISSIONS[w] in by_codename
         ]
+        chosen += [by_codename[codename] for codename in grant.get("manage", ()) if codename in by_codename]
         group.permissions.set(chosen)

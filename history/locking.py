@@ -1,7 +1,7 @@
 """The one lock order of the code base, and bounded deadlock retry.
 
 Every transaction that writes engine rows — recovery operations and engine transitions
-alike — takes its row locks through a ``LockSet``: credential → operation key → instance
+alike — takes its row locks through a ``LockSet``: credential → operation key → proposal → instance
 → gate → steps by id → activations by id → waits by id → tasks by id → inbox records →
 application quota → the queues by name → the per-task result stream last. The quota rows
 are every namespace's hottest rows, so they come last: a transaction holds them only from
@@ -30,22 +30,24 @@ T = TypeVar("T")
 class Level(enum.IntEnum):
     CREDENTIAL = 1
     OPERATION_KEY = 2
-    INSTANCE = 3
-    GATE = 4
-    STEP = 5
-    ACTIVATION = 6
-    WAIT = 7
-    TASK = 8
-    INBOX = 9
-    APPLICATION = 10
-    QUEUE = 11
-    RESULT_STREAM = 12
+    PROPOSAL = 3
+    INSTANCE = 4
+    GATE = 5
+    STEP = 6
+    ACTIVATION = 7
+    WAIT = 8
+    TASK = 9
+    INBOX = 10
+    APPLICATION = 11
+    QUEUE = 12
+    RESULT_STREAM = 13
 
 
 _MODEL_OF = {
     Level.CREDENTIAL: models.Credential,
     Level.APPLICATION: models.Application,
     Level.OPERATION_KEY: models.IdempotencyReceipt,
+    Level.PROPOSAL: models.Proposal,
     Level.QUEUE: models.Queue,
     Level.INSTANCE: models.WorkflowInstance,
     Level.GATE: models.Gate,

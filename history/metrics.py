@@ -1,9 +1,11 @@
 """What ``manage.py weave_metrics`` exposes: the processes' counters and the database's own gauges.
 
 The gauges are read at each scrape, each from an index: instances in review by namespace, definition
-and cause, the oldest review per namespace, and the inbox records waiting or set aside.
+and cause, the oldest review per namespace, the reviews past their definition's SLA, the inbox records
+waiting or set aside, and the recovery proposals waiting for a second person per namespace.
 """
 
+import datetime as dt
 import os
 
 from django.db.models import Count, Min
@@ -12,7 +14,16 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from core import clock
-from history.models import InboxRecord, InboxState, InstanceState, Namespace, WorkflowDefinition, WorkflowInstance
+from history.models import (
+    InboxRecord,
+    InboxState,
+    InstanceState,
+    Namespace,
+    Proposal,
+    ProposalState,
+    WorkflowDefinition,
+    WorkflowInstance,
+)
 
 
 class DatabaseCollector:
@@ -45,12 +56,34 @@ class DatabaseCollector:
                 oldest.add_metric([namespaces.get(namespace_id, namespace_id)], (now - since).total_seconds())
         yield oldest
 
+        past_sla = GaugeMetricFamily(
+            "weave_reviews_past_sla",
+            "Instances in review longer than their definition's review_sla_seconds.",
+            labels=["namespace", "definition"],
+        )
+        with_sla = WorkflowDefinition.objects.filter(spec__has_key="review_sla_seconds")
+        for definition in with_sla.only("id", "namespace_id", "name", "spec"):
+            since = now - dt.timedelta(seconds=definition.spec["review_sla_seconds"])
+            late = in_review.filter(definition_id=definition.id, review_since__lt=since).count()
+            past_sla.add_metric([namespaces.get(definition.namespace_id, ""), definition.name], late)
+        yield past_sla
+
         inbox = GaugeMetricFamily(
             "weave_inbox_records", "Inbox records waiting for the runner or set aside.", labels=["state"]
         )
         for state in (InboxState.PENDING, InboxState.QUARANTINED):
             inbox.add_metric([state.value], InboxRecord.objects.filter(state=state).count())
         yield inbox
+
+        proposals = GaugeMetricFamily(
+            "weave_proposals_pending",
+            "Recovery proposals waiting for a second person's approval (unexpired).",
+            labels=["namespace"],
+        )
+        pending = Proposal.objects.filter(state=ProposalState.PENDING, expires_at__gt=now)
+        for namespace_id, n in pending.values_list("namespace_id").annotate(n=Count("*")).order_by():
+            proposals.add_metric([namespaces.get(namespace_id, namespace_id)], n)
+        yield proposals
 
 
 class _ThisProcess:

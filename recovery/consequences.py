@@ -16,6 +16,7 @@ from engine.inbox import inbox_consume_next
 from engine.stop import instance_stop_settle
 from history.models import Activation, InstanceState, Step, StepKind, Task, TaskState, WorkflowInstance
 from recovery.operations import OPERATIONS
+from recovery.pipeline import rolled_back_preview
 
 # Rounds of the background's work followed; one operation's consequences settle in two or three.
 ROUNDS = 10
@@ -29,7 +30,7 @@ def operation_consequences(*, identity: Identity, operation: str, instance_id: s
     """``(what, now, after the background)`` for each thing the operation and the background's response to it
     would change; a refusal raises exactly as the commit would."""
     try:
-        with uncounted(), transaction.atomic():
+        with uncounted(), rolled_back_preview(), transaction.atomic():
             before = _picture(instance_id)
             OPERATIONS[operation].service(
                 identity=identity, instance_id=instance_id, idempotency_key=f"preview-{new_id()}", command=command

@@ -97,13 +97,21 @@ def not_in_review(instance: WorkflowInstance) -> FailedPrecondition | None:
     return FailedPrecondition(f"the instance is {instance.state}; recovery applies only to NEEDS_REVIEW")
 
 
-def context_open(*, identity: Identity, instance_id: str, locks: LockSet | None) -> Context:
-    """The instance-level checks, in order: namespace and queues (NOT_FOUND), NEEDS_REVIEW, inbox clean."""
+def context_open(
+    *, identity: Identity, instance_id: str, locks: LockSet | None, expected_revision: int | None = None
+) -> Context:
+    """The instance-level checks, in order: namespace and queues (NOT_FOUND), ``expected_revision`` when given
+    (a proposal's: ABORTED once the instance moved, whatever it moved to), NEEDS_REVIEW, inbox clean."""
     if locks is not None:
         instance = locks.lock_one(Level.INSTANCE, instance_id)
     else:
         instance = WorkflowInstance.objects.filter(pk=instance_id).first()
     definition = instance_definition_visible(identity=identity, instance=instance)
+    if expected_revision is not None and instance.revision != expected_revision:
+        raise Aborted(
+            f"the proposal is stale: it was checked at revision {expected_revision} and the instance is at "
+            f"{instance.revision}; propose it again"
+        )
     if refusal := not_in_review(instance):
         raise refusal
     blocking = (

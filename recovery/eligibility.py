@@ -17,7 +17,7 @@ from history.selectors.access import instance_get_readable
 from recovery.commands import instance_id_check
 from recovery.context import Context, context_open, not_in_review
 from recovery.operations import OPERATIONS
-from recovery.pipeline import Operation, Plan, change
+from recovery.pipeline import Operation, plan_preview
 
 _PREVIEW_REASON = "preview"
 # The operations judged per step (on a task of the step, or the step), and per instance.
@@ -29,27 +29,12 @@ def _refused(error: WeaveError) -> dict:
     return {"possible": False, "code": error.code, "reason": error.message}
 
 
-def _preview(ctx: Context, operation: Operation, plan: Plan) -> dict:
-    instance, gate = ctx.instance, ctx.gate
-    return {
-        "operation": operation.action,
-        "instance": {
-            "state": change(instance.state, plan.instance_state or instance.state),
-            "revision": change(str(instance.revision), str(instance.revision + 1)),
-            "control_revision": change(str(instance.control_revision), str(instance.control_revision + 1)),
-            "gate_open": change(gate.open, gate.open if plan.gate_open is None else plan.gate_open),
-            "paused": instance.paused,
-        },
-        **plan.preview(),
-    }
-
-
 def _evaluate(ctx: Context, operation: Operation, command) -> dict:
     try:
         plan = operation.check(ctx, command)
     except WeaveError as error:
         return _refused(error)
-    return {"possible": True, "preview": _preview(ctx, operation, plan)}
+    return {"possible": True, "preview": plan_preview(ctx, operation, plan)}
 
 
 def _command(ctx: Context, operation: Operation, **target):
@@ -150,7 +135,7 @@ def operation_preview(*, identity: Identity, operation: str, instance_id: str, c
     instance_id_check(instance_id)
     parsed = op.command_class.parse(command)
     ctx = context_open(identity=identity, instance_id=instance_id, locks=None)
-    return _preview(ctx, op, op.check(ctx, parsed))
+    return plan_preview(ctx, op, op.check(ctx, parsed))
 
 
 def instance_eligibility_document(instance: WorkflowInstance, steps) -> dict:

@@ -6,6 +6,11 @@ scope → command → idempotency → instance (namespace, queues) → NEEDS_REV
 the operation's own checks (references → revisions → ownership → rules → quota) → writes →
 revision bump → workflow audit → receipt → (ReviewTask) the result event, last.
 
+Where an approval policy asks for a second person (``history.proposals``), a command that passes
+every check is stored as a proposal (202) instead of its writes; ``proposal_approve`` later runs the
+stored command through the same frame, with the proposal locked after the key, and its revisions
+decide whether anything moved since (409).
+
 An operation is a small object with ``check`` (reads and locks, raises in that order, returns
 a plan) and ``apply`` (writes the plan by composing the engine's transitions: it never writes
 an engine row itself). The same ``check`` runs without locks for the eligibility and preview
@@ -15,14 +20,16 @@ list in ``recovery.operations``.
 """
 
 import abc
-from collections.abc import Callable, Mapping
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from functools import cached_property
 from types import MappingProxyType
 
 from django.db import transaction
 
-from core import clock
+from core import clock, exactjson
 from core.errors import Aborted, Unauthenticated, WeaveError
 from core.identity import Identity
 from core.ids import new_id
@@ -37,15 +44,40 @@ from history.models import (
     Activation,
     Credential,
     ExecutionAudit,
+    Proposal,
+    ProposalState,
     Scope,
     WorkflowInstance,
     WorkflowOperation,
+)
+from history.proposals import (
+    approvals_required,
+    approver_check,
+    proposal_close,
+    proposal_expiry,
+    proposal_held,
+    proposal_snapshot,
 )
 from history.selectors.access import instance_definition_visible
 from recovery.commands import Command, instance_id_check
 from recovery.context import Context, context_open
 
 KEY_RACE_ATTEMPTS = 3
+PROPOSED = 202
+APPROVE = "proposal.approve"
+
+# Set while a rolled-back preview runs an operation's service: no policy holds back what is undone anyway.
+_rolled_back = contextvars.ContextVar("weave_rolled_back_preview", default=False)
+
+
+@contextlib.contextmanager
+def rolled_back_preview() -> Iterator[None]:
+    """For ``recovery.consequences`` only, whose transaction is always rolled back: commit as if approved."""
+    token = _rolled_back.set(True)
+    try:
+        yield
+    finally:
+        _rolled_back.reset(token)
 
 
 def change(before, after) -> dict:
@@ -127,7 +159,7 @@ class Operation(abc.ABC):
             except WeaveError as error:
                 count(RECOVERY_OPERATIONS, self.name, error.code)
                 raise
-            outcome = "replayed" if receipt.replayed else "committed"
+            outcome = "replayed" if receipt.replayed else "proposed" if receipt.status == PROPOSED else "committed"
             # Counted once the outermost transaction commits: nothing when it is rolled back.
             transaction.on_commit(lambda: count(RECOVERY_OPERATIONS, self.name, outcome))
             return receipt
@@ -148,6 +180,22 @@ class Operation(abc.ABC):
         """Writes that must come after everything else (the result stream); none by default."""
 
 
+def plan_preview(ctx: Context, operation: Operation, plan: Plan) -> dict:
+    """What a checked command changes, as the eligibility, the preview and a proposal show it."""
+    instance, gate = ctx.instance, ctx.gate
+    return {
+        "operation": operation.action,
+        "instance": {
+            "state": change(instance.state, plan.instance_state or instance.state),
+            "revision": change(str(instance.revision), str(instance.revision + 1)),
+            "control_revision": change(str(instance.control_revision), str(instance.control_revision + 1)),
+            "gate_open": change(gate.open, gate.open if plan.gate_open is None else plan.gate_open),
+            "paused": instance.paused,
+        },
+        **plan.preview(),
+    }
+
+
 def operation_execute(
     *,
     operation: Operation,
@@ -163,19 +211,25 @@ def operation_execute(
     idempotency.key_check(idempotency_key)
     parsed = operation.command_class.parse(command)
     fingerprint = idempotency.fingerprint(operation=operation.name, target=instance_id, command=command)
+    return key_retried(
+        lambda: _commit(
+            operation=operation,
+            identity=identity,
+            instance_id=instance_id,
+            key=idempotency_key,
+            fingerprint=fingerprint,
+            command=parsed,
+            raw=command,
+            request_id=request_id,
+        )
+    )
+
+
+def key_retried(commit: Callable[[], Receipt]) -> Receipt:
+    """One transaction of ``commit``; again when a concurrent request claimed the same key first (it replays)."""
     for _ in range(KEY_RACE_ATTEMPTS):
         try:
-            return atomic_with_retry(
-                lambda: _commit(
-                    operation=operation,
-                    identity=identity,
-                    instance_id=instance_id,
-                    key=idempotency_key,
-                    fingerprint=fingerprint,
-                    command=parsed,
-                    request_id=request_id,
-                )
-            )
+            return atomic_with_retry(commit)
         except KeyRaced:
             continue
     raise Aborted("the instance changed while the command ran; read it again")
@@ -194,24 +248,105 @@ def _credential_recheck(locks: LockSet, identity: Identity) -> None:
         raise Unauthenticated("the credential was revoked or expired")
 
 
-def _commit(*, operation, identity, instance_id, key, fingerprint, command, request_id) -> Receipt:
-    locks = LockSet()
+def key_held(*, locks: LockSet, identity: Identity, key: str, fingerprint: str, operation: str, instance_id: str):
+    """The key's row (locked; claimed now when it was free), and its stored receipt when this is a replay."""
     _credential_recheck(locks, identity)
     row = receipt_claim(
         locks=locks,
         namespace_id=identity.namespace_id,
         key=key,
         fingerprint=fingerprint,
-        operation=operation.name,
+        operation=operation,
         instance_id=instance_id,
     )
     if row.response:
         instance = WorkflowInstance.objects.filter(pk=row.workflow_id).first()
         instance_definition_visible(identity=identity, instance=instance)
-        return receipt_replay(row=row)
+        return row, receipt_replay(row=row)
+    return row, None
+
+
+def _commit(*, operation, identity, instance_id, key, fingerprint, command, raw, request_id) -> Receipt:
+    locks = LockSet()
+    row, replay = key_held(
+        locks=locks,
+        identity=identity,
+        key=key,
+        fingerprint=fingerprint,
+        operation=operation.name,
+        instance_id=instance_id,
+    )
+    if replay is not None:
+        return replay
     ctx = context_open(identity=identity, instance_id=instance_id, locks=locks)
     ctx.request_id = request_id
     plan = operation.check(ctx, command)
+    if not _rolled_back.get() and approvals_required(
+        namespace_id=ctx.instance.namespace_id, definition_name=ctx.definition.name, operation=operation.name
+    ):
+        return _propose(ctx, operation, command, raw, plan, row)
+    return _apply(ctx, operation, command, plan, row)
+
+
+def approval_commit(
+    *, operations: Mapping[str, "Operation"], identity, instance_id, proposal_id, key, fingerprint, note, request_id
+) -> Receipt:
+    """The frame of ``operation_execute`` for a proposal's stored command, run by its approver (one transaction):
+    key → proposal (NOT_FOUND, decided or expired, the proposer: PERMISSION_DENIED) → instance, whose revision
+    must still be the proposal's (ABORTED) → the operation's checks and writes → the proposal APPROVED."""
+    locks = LockSet()
+    row, replay = key_held(
+        locks=locks, identity=identity, key=key, fingerprint=fingerprint, operation=APPROVE, instance_id=instance_id
+    )
+    if replay is not None:
+        return replay
+    proposal = proposal_held(locks=locks, identity=identity, instance_id=instance_id, proposal_id=proposal_id)
+    approver_check(proposal, identity)
+    operation = operations[proposal.operation]
+    ctx = context_open(
+        identity=identity, instance_id=instance_id, locks=locks, expected_revision=proposal.expected_revision
+    )
+    ctx.request_id = request_id
+    command = operation.command_class.parse(exactjson.loads(proposal.command))
+    plan = operation.check(ctx, command)
+    return _apply(ctx, operation, command, plan, row, proposal=proposal, note=note)
+
+
+def _propose(ctx: Context, operation: Operation, command, raw: dict, plan: Plan, row) -> Receipt:
+    """Store the checked command as a proposal and answer it (202); nothing of the engine is written."""
+    identity, instance = ctx.identity, ctx.instance
+    proposal = Proposal.objects.create(
+        namespace_id=instance.namespace_id,
+        workflow_id=instance.id,
+        operation=operation.name,
+        command=exactjson.dumps(raw),
+        preview=plan_preview(ctx, operation, plan),
+        reason=command.reason,
+        evidence_ref=command.evidence_ref,
+        expected_revision=command.expected_revision,
+        proposed_by=identity.actor_id,
+        created_at=ctx.now,
+        expires_at=proposal_expiry(ctx.now),
+    )
+    with acting_for(identity):
+        audit_write(
+            model=WorkflowOperation,
+            namespace_id=instance.namespace_id,
+            actor_id=identity.actor_id,
+            action="workflow.proposal_created",
+            reason=command.reason,
+            evidence_ref=command.evidence_ref,
+            request_id=ctx.request_id,
+            before=None,
+            after={"proposal": proposal_snapshot(proposal), "preview": proposal.preview},
+            now=ctx.now,
+            workflow=instance,
+        )
+    return receipt_freeze(row=row, data=proposal_snapshot(proposal), status=PROPOSED)
+
+
+def _apply(ctx: Context, operation: Operation, command, plan: Plan, row, *, proposal=None, note="") -> Receipt:
+    identity, request_id = ctx.identity, ctx.request_id
     instance, gate = ctx.instance, ctx.gate
     before = instance_snapshot(instance, gate)
     operation_id = new_id()
@@ -228,7 +363,7 @@ def _commit(*, operation, identity, instance_id, key, fingerprint, command, requ
             evidence_ref=command.evidence_ref,
             request_id=request_id,
             before={"instance": before, **effect.before},
-            after={"instance": instance_snapshot(instance, gate), **effect.after},
+            after={"instance": instance_snapshot(instance, gate), **effect.after, **_approved(proposal, identity)},
             now=ctx.now,
             workflow=instance,
             operation_id=operation_id,
@@ -236,9 +371,28 @@ def _commit(*, operation, identity, instance_id, key, fingerprint, command, requ
             activation=effect.activation,
             execution_audit=effect.execution_audit,
         )
-        receipt = receipt_freeze(row=row, data=_receipt_data(operation, instance, audit, effect))
+        data = _receipt_data(operation, instance, audit, effect)
+        if proposal is not None:
+            proposal_close(
+                proposal=proposal,
+                instance=instance,
+                state=ProposalState.APPROVED,
+                actor_id=identity.actor_id,
+                reason=note,
+                request_id=request_id,
+                operation_id=operation_id,
+            )
+            data["proposal_id"] = proposal.id
+        receipt = receipt_freeze(row=row, data=data)
         operation.publish(ctx, plan)
     return receipt
+
+
+def _approved(proposal: Proposal | None, approver: Identity) -> dict:
+    """Who proposed and who approved an operation run from a proposal, for its audit."""
+    if proposal is None:
+        return {}
+    return {"proposal": {"id": proposal.id, "proposed_by": proposal.proposed_by, "approved_by": approver.actor_id}}
 
 
 def _receipt_data(operation: Operation, instance: WorkflowInstance, audit: WorkflowOperation, effect: Effect) -> dict:

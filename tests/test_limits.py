@@ -32,8 +32,9 @@ START, SIGNAL = "POST /v1/workflows", "POST /v1/workflows/<str:id>/signals"
 CONTROLS = [f"POST /v1/workflows/<str:id>/{a}" for a in ("pause", "resume", "cancel")]
 CLAIM, HEARTBEAT = "POST /v1/queues/<str:queue>/claim", "POST /v1/tasks/<str:task_id>/heartbeat"
 COMPLETE = "POST /v1/tasks/<str:task_id>/complete"
+NOTE = "POST /v1/workflows/<str:id>/notes"
 RECOVERY = ["review-task", "resolve-step", "continue-poll", "rearm-wait", "continue", "retry-step"]
-KEYED = [START, SIGNAL, *RECOVERY]
+KEYED = [START, SIGNAL, *RECOVERY, NOTE]
 # Characters no text field accepts: a lone surrogate, NUL, a bidi override, a zero-width space, a C1 control.
 HIDDEN = ["\ud800", "\x00", "\u202e", "\u200b", "\x85"]
 
@@ -80,7 +81,7 @@ def assert_refused(sent, status: int, field: str, *words: str) -> str:
 
 def test_every_json_post_the_urlconf_serves_is_covered():
     assert {(e.route, e.method) for e in JSON_POSTS} == {r for r in sweep.served_endpoints() if r[1] == "POST"}
-    assert len(JSON_POSTS) == 14 and len(BY_NAME) == 14
+    assert len(JSON_POSTS) == 19 and len(BY_NAME) == 19
 
 
 # ---- the body --------------------------------------------------------------------------------------------
@@ -207,6 +208,9 @@ TEXT_FIELDS = [
     (CLAIM, "worker"),
     *[(operation, "reason") for operation in RECOVERY],
     *[(operation, "evidence_ref") for operation in RECOVERY],
+    (NOTE, "text"),
+    (NOTE, "evidence_ref"),
+    ("POST /v1/workflows/<str:id>/assign", "assignee"),
 ]
 
 

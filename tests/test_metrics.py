@@ -1,22 +1,27 @@
 """The metrics: the database's gauges at scrape time, the processes' counters, and their sum across processes."""
 
+import datetime as dt
 import subprocess
 import sys
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db.models import Count
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
+from core import clock
 from core.errors import Aborted
+from engine.demo import demo_run
 from engine.runner import runner_pass
 from engine.worker import task_claim
 from history.credentials import identity_of_credential
 from history.metrics import metrics_registry, metrics_text
-from history.models import Scope
+from history.models import ApprovalPolicy, InboxRecord, InboxState, InstanceState, Scope, WorkflowInstance
 from recovery.consequences import operation_consequences
 from recovery.operations import OPERATIONS
+from recovery.proposals import proposal_reject
 from tests.recovery import requests as rq
 from tests.states import task_failed_state, task_unknown_state
 
@@ -43,6 +48,33 @@ def test_the_database_gauges_count_reviews_by_cause_and_definition_and_the_oldes
         assert samples[("weave_instances_in_review", labels)] == 1.0
     assert samples[("weave_oldest_review_age_seconds", (("namespace", "acme"),))] > 0
     assert samples[("weave_inbox_records", (("state", "PENDING"),))] == 0.0
+
+
+def test_after_the_demo_scenarios_every_gauge_equals_its_count_in_the_tables(db):
+    demo_run(namespace="demo")
+    samples = _samples(metrics_text(metrics_registry()))
+    in_review = WorkflowInstance.objects.filter(state=InstanceState.NEEDS_REVIEW)
+    expected = {
+        (("cause", cause), ("definition", name), ("namespace", "demo")): n
+        for name, cause, n in in_review.values_list("definition__name", "review_cause").annotate(n=Count("*"))
+    }
+    assert len(expected) > 1
+    assert {labels: v for (metric, labels), v in samples.items() if metric == "weave_instances_in_review"} == expected
+    for state in (InboxState.PENDING, InboxState.QUARANTINED):
+        counted = InboxRecord.objects.filter(state=state).count()
+        assert samples[("weave_inbox_records", (("state", state.value),))] == counted
+
+
+def test_the_reviews_past_their_sla_are_counted_per_definition(tenancy):
+    state = task_unknown_state(tenancy)
+    definition = state.definition
+    definition.spec = {**definition.spec, "review_sla_seconds": 60}
+    definition.save(update_fields=["spec"])
+    labels = (("definition", definition.name), ("namespace", "acme"))
+    WorkflowInstance.objects.filter(pk=state.instance.pk).update(review_since=clock.now() - dt.timedelta(seconds=30))
+    assert _samples(metrics_text(metrics_registry()))[("weave_reviews_past_sla", labels)] == 0.0
+    WorkflowInstance.objects.filter(pk=state.instance.pk).update(review_since=clock.now() - dt.timedelta(seconds=90))
+    assert _samples(metrics_text(metrics_registry()))[("weave_reviews_past_sla", labels)] == 1.0
 
 
 def test_the_counters_follow_runner_passes_claims_operations_and_answers(
@@ -77,6 +109,31 @@ def test_the_counters_follow_runner_passes_claims_operations_and_answers(
     answered = _value("weave_http_requests_total", status="401")
     assert client.get("/v1/workflows").status_code == 401
     assert _value("weave_http_requests_total", status="401") == answered + 1
+
+
+def test_a_proposal_counts_as_proposed_and_stays_pending_until_decided(
+    tenancy, issue_token, django_capture_on_commit_callbacks
+):
+    ApprovalPolicy.objects.create(namespace=tenancy[0], operation="retry-step")
+    state = task_failed_state(tenancy)
+    proposer = identity_of_credential(issue_token(scopes=[Scope.RECOVER]).credential)
+    approver = identity_of_credential(issue_token(scopes=[Scope.RECOVER], actor_id="b" * 32).credential)
+    proposed = _value("weave_recovery_operations_total", operation="retry-step", outcome="proposed")
+    with django_capture_on_commit_callbacks(execute=True):
+        receipt = OPERATIONS["retry-step"].service(
+            identity=proposer, instance_id=state.instance.id, idempotency_key="p1", command=rq.retry(state)
+        )
+    assert _value("weave_recovery_operations_total", operation="retry-step", outcome="proposed") == proposed + 1
+    pending = ("weave_proposals_pending", (("namespace", "acme"),))
+    assert _samples(metrics_text(metrics_registry()))[pending] == 1.0
+    proposal_reject(
+        identity=approver,
+        instance_id=state.instance.id,
+        proposal_id=receipt.data["proposal_id"],
+        idempotency_key="r1",
+        command={"reason": "not now"},
+    )
+    assert pending not in _samples(metrics_text(metrics_registry()))
 
 
 def test_the_exporter_adds_up_the_processes_sharing_a_directory(tmp_path, monkeypatch, db):

@@ -211,6 +211,9 @@ FORMAT_MODULE_PATH = ["weave_site.formats"]
 WEAVE_MAX_BODY_BYTES = int(os.environ.get("WEAVE_MAX_BODY_BYTES", 1024 * 1024))
 WEAVE_MAX_JSON_BYTES = int(os.environ.get("WEAVE_MAX_JSON_BYTES", 256 * 1024))
 
+# How long a recovery proposal waits for its approval before the runner expires it.
+WEAVE_PROPOSAL_TTL_SECONDS = int(os.environ.get("WEAVE_PROPOSAL_TTL_SECONDS", 24 * 3600))
+
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 

@@ -125,6 +125,7 @@ INSTANCE_PATH = {
     models.WorkflowOperation: "workflow",
     models.Continuation: "instance",
     models.IdempotencyReceipt: "workflow",
+    models.Proposal: "workflow",
 }
 # Task rows and their children: the task's own namespace and queue, and only when its instance is
 # visible too.

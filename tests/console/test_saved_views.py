@@ -1,9 +1,15 @@
 """Saved views: a filtered queue or instance list kept by name on the server, shared with a group."""
 
+import re
+
 import pytest
 from django.contrib.auth.models import Group
 
 from console.models import SavedView
+from console.views_saved import view_url
+from history.models import Scope
+from tests.conftest import bearer
+from tests.states import task_failed_state, task_unknown_state
 
 pytestmark = pytest.mark.django_db
 
@@ -71,3 +77,23 @@ def test_saving_needs_a_login(client):
     response = _save(client)
     assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
     assert not SavedView.objects.exists()
+
+
+def test_a_saved_queue_view_shows_the_instances_the_api_query_with_the_same_filters_answers(
+    client, console_user, tenancy, issue_token, api
+):
+    unknown = [task_unknown_state(tenancy) for _ in range(2)]
+    failed = task_failed_state(tenancy)
+    client.force_login(console_user("olga", "operators"))
+    _save(client, query=f"review_cause=task_outcome_unknown&definition={unknown[0].definition.name}")
+    html = client.get(view_url(SavedView.objects.get())).content.decode()
+    shown = set(re.findall(r'<tr data-instance="(\w+)"', html))
+    token = issue_token(scopes=[Scope.READ]).token
+    answer = api.get(
+        "/v1/workflows",
+        {"state": "NEEDS_REVIEW", "review_cause": "task_outcome_unknown", "definition": unknown[0].definition.name},
+        **bearer(token),
+    )
+    listed = {item["id"] for item in answer.json()["data"]["items"]}
+    assert shown == listed == {state.instance.id for state in unknown}
+    assert failed.instance.id not in shown

@@ -239,15 +239,22 @@ RECOVERY_POSTS = {
     f"recovery_{name.replace('-', '_')}": (200, RECOVERY_ERRORS | ({429} if name == "retry-step" else set()))
     for name in RECOVERY_OPERATIONS
 }
-IDEMPOTENT = {"start_workflow", "signal_workflow", *RECOVERY_POSTS}
+# The decisions on a proposal; only an approval runs the operation, so only it can meet a full quota.
+DECISION_POSTS = {
+    "approve_recovery_proposal": (200, RECOVERY_ERRORS | {429}),
+    "reject_recovery_proposal": (200, RECOVERY_ERRORS),
+}
+IDEMPOTENT = {"start_workflow", "signal_workflow", *RECOVERY_POSTS, *DECISION_POSTS}
 
 
 def test_every_post_operation_documents_its_command_answer_and_only_the_errors_it_can_answer(openapi):
     components = openapi["components"]["schemas"]
-    for operation_id, (success, errors) in (ENGINE_POSTS | RECOVERY_POSTS).items():
+    for operation_id, (success, errors) in (ENGINE_POSTS | RECOVERY_POSTS | DECISION_POSTS).items():
         path, method, operation = _operation(openapi, operation_id)
         assert method == "post" and {"bearerAuth": []} in operation["security"]
-        assert set(operation["responses"]) == {str(status) for status in {success, *errors}}, operation_id
+        # A recovery command an approval policy holds back answers 202 with the proposal.
+        proposed = {202} if operation_id in RECOVERY_POSTS else set()
+        assert set(operation["responses"]) == {str(status) for status in {success, *errors, *proposed}}, operation_id
         ok = _strict(operation["responses"][str(success)]["content"]["application/json"]["schema"], components)
         assert set(ok["required"]) == {"request_id", "data"}
         for status in errors:
@@ -264,7 +271,7 @@ def test_every_post_operation_documents_its_command_answer_and_only_the_errors_i
         assert (key is not None and key["in"] == "header" and key["required"]) == (operation_id in IDEMPOTENT)
     # The receipt's data: members every operation answers, and those only some operations touch.
     always = {"operation_id", "operation", "workflow_id", "revision", "control_revision", "state", "paused"}
-    sometimes = {"execution_operation_id", "step_key", "activation_id", "activation_sequence", "task_id"}
+    sometimes = {"execution_operation_id", "step_key", "activation_id", "activation_sequence", "task_id", "proposal_id"}
     receipt = components["RecoveryReceipt"]
     assert set(receipt["required"]) == always and set(receipt["properties"]) == always | sometimes
 

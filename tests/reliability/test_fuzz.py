@@ -549,7 +549,7 @@ def _request_schemas() -> dict[str, dict]:
         body = resolve(post["requestBody"]["content"]["application/json"]["schema"])
         properties = {}
         for variant in body.get("oneOf", [body]):
-            for name, node in resolve(variant)["properties"].items():
+            for name, node in resolve(variant).get("properties", {}).items():  # {} for a body with no fields
                 properties.setdefault(name, resolve(node))
         found[path] = properties
     return found

@@ -26,6 +26,7 @@ from history.locking import RetryStats
 from history.models import (
     Activation,
     Application,
+    ApprovalPolicy,
     Attempt,
     ExecutionAudit,
     IdempotencyReceipt,
@@ -33,6 +34,8 @@ from history.models import (
     InboxState,
     InstanceState,
     PollRound,
+    Proposal,
+    ProposalState,
     Queue,
     ResultEvent,
     Scope,
@@ -45,6 +48,7 @@ from history.models import (
 )
 from history.tenancy import namespace_ensure
 from recovery.operations import OPERATIONS
+from recovery.proposals import proposal_approve, proposal_reject
 from tests import states
 from tests.conftest import bearer
 from tests.engine.conftest import Engine, task_step
@@ -214,6 +218,74 @@ def test_16_keys_on_one_revision_make_exactly_one_success_and_one_audit(
     assert state.operations().count() == 1
     assert state.receipts().count() == 1
     assert WorkflowInstance.objects.get(pk=state.instance.pk).revision == revision + 1
+    states.assert_invariants(state)
+
+
+def _proposed(tenancy, issue_token, make, service, build):
+    """A state and the proposal its command became under an every-operation policy, by a proposer who is
+    none of the ``_clients``."""
+    state = make(tenancy)
+    ApprovalPolicy.objects.create(namespace=tenancy[0], approvals_required=1)
+    proposer = identity_of_credential(issue_token(scopes=[Scope.RECOVER], actor_id="f" * 32).credential)
+    receipt = service(identity=proposer, instance_id=state.instance.id, idempotency_key="p", command=build(state))
+    assert receipt.status == 202
+    return state, receipt.data["proposal_id"]
+
+
+def _decide(decision, identity, state, proposal_id: str, key: str, command: dict) -> Outcome:
+    TALLY["commands"] += 1
+    try:
+        receipt = decision(
+            identity=identity,
+            instance_id=state.instance.id,
+            proposal_id=proposal_id,
+            idempotency_key=key,
+            command=command,
+        )
+    except WeaveError as error:
+        return Outcome(error.status, code=error.code)
+    return Outcome(receipt.status, receipt.text, receipt.replayed)
+
+
+@pytest.mark.parametrize(("name", "service", "build", "make"), OPERATION_CASES, ids=OPERATION_IDS)
+def test_16_concurrent_approvals_of_one_proposal_make_exactly_one_effect(
+    tenancy, issue_token, name, service, build, make
+):
+    state, proposal_id = _proposed(tenancy, issue_token, make, service, build)
+    revision = state.instance.revision
+    clients = _clients(issue_token, "service", KEYS)
+    outcomes = _assert_only_outcomes(
+        _concurrently(lambda i: _decide(proposal_approve, clients[i], state, proposal_id, f"approve-{i}", {}), KEYS)
+    )
+    assert sorted((o.code or "", o.status) for o in outcomes) == [("", 200)] + [("FAILED_PRECONDITION", 400)] * (
+        KEYS - 1
+    )
+    effects = state.operations().exclude(action__startswith="workflow.proposal")
+    assert [e.action for e in effects] == [OPERATIONS[API_NAME[service]].action]
+    assert state.operations().filter(action="workflow.proposal_approved").count() == 1
+    assert WorkflowInstance.objects.get(pk=state.instance.pk).revision == revision + 1
+    assert Proposal.objects.get(pk=proposal_id).state == ProposalState.APPROVED
+    states.assert_invariants(state)
+
+
+def test_approvals_racing_rejections_close_the_proposal_once(tenancy, issue_token):
+    name, service, build, make = OPERATION_CASES[0]
+    state, proposal_id = _proposed(tenancy, issue_token, make, service, build)
+    clients = _clients(issue_token, "service", KEYS)
+    decisions = [(proposal_approve, {}), (proposal_reject, {"reason": "not this way"})]
+    outcomes = _assert_only_outcomes(
+        _concurrently(
+            lambda i: _decide(decisions[i % 2][0], clients[i], state, proposal_id, f"decide-{i}", decisions[i % 2][1]),
+            KEYS,
+        )
+    )
+    assert [o.status for o in outcomes].count(200) == 1
+    closed = Proposal.objects.get(pk=proposal_id)
+    effects = state.operations().exclude(action__startswith="workflow.proposal")
+    assert effects.count() == (1 if closed.state == ProposalState.APPROVED else 0)
+    assert (
+        state.operations().filter(action__in=["workflow.proposal_approved", "workflow.proposal_rejected"]).count() == 1
+    )
     states.assert_invariants(state)
 
 

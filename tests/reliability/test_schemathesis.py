@@ -41,6 +41,7 @@ SEMANTIC = {
     "cursor",  # signed by the server: a well-formed cursor may still not be one of this list
     "target_step_key",  # must be a SIGNAL step of the instance's definition
     "result",  # a SUCCEEDED ResolveStep result satisfies the step's result contract
+    "assignee",  # the actor id of an operator of the namespace
 }
 # Python's str.isprintable() also refuses unassigned and private-use code points, which no portable pattern
 # can name (the Unicode version differs between engines): such a worker name is the only other refusal.
@@ -167,8 +168,9 @@ def test_the_links_between_operations_hold(state_machine):
 
 
 def _describes_its_answers(method: str, operation: dict) -> bool:
-    """One JSON success, 401 (every operation authenticates), 400 wherever a parameter or body can be malformed,
-    every error in the error envelope, and a JSON request body on every POST."""
+    """One JSON success (a recovery command also its 202 proposal), 401 (every operation authenticates), 400
+    wherever a parameter or body can be malformed, every error in the error envelope, and a JSON request body on
+    every POST."""
     responses = operation["responses"]
     successes = [status for status in responses if status.startswith("2")]
     malformable = method == "post" or bool(operation.get("parameters"))
@@ -179,8 +181,8 @@ def _describes_its_answers(method: str, operation: dict) -> bool:
     )
     body = operation.get("requestBody", {}).get("content", {})
     return (
-        len(successes) == 1
-        and "content" in responses[successes[0]]
+        len(successes) == (2 if operation.get("operationId", "").startswith("recovery_") else 1)
+        and all("content" in responses[status] for status in successes)
         and "401" in responses
         and ("400" in responses or not malformable)
         and errors_enveloped

@@ -30,8 +30,10 @@ from django.urls import URLResolver, get_resolver, reverse
 
 from console.admin import CONTROLS
 from core import clock, exactjson
+from core.identity import Identity
 from engine.definitions import definition_create
 from history import models
+from history.annotations import note_add
 from history.credentials import credential_issue
 from history.models import Credential, Scope
 from history.tenancy import namespace_ensure
@@ -56,6 +58,7 @@ from tests.factories import (
 )
 from tests.recovery import requests as rq
 from tests.recovery.digest import history_digest
+from tests.recovery.requests import review as rq_review
 from tests.states import task_unknown_state
 
 pytestmark = pytest.mark.django_db
@@ -96,6 +99,20 @@ def security_world(tenancy):
     SignalOperationFactory(signal=signal)
     other_signal, _ = accept_signal(instance)
     workflow_operations = [WorkflowOperationFactory(workflow=instance) for _ in range(2)]
+    annotator = Identity(namespace_id=namespace.id, actor_id="5" * 32, scopes=frozenset({Scope.ANNOTATE}), queues=None)
+    for n in (1, 2):  # two notes: the notes list has a second page
+        note_add(identity=annotator, instance_id=instance.id, command={"text": f"note {n}"}, idempotency_key=f"n-{n}")
+    proposal = models.Proposal.objects.create(  # proposed by an actor none of the swept tokens act as
+        namespace=namespace,
+        workflow=instance,
+        operation="continue",
+        command=exactjson.dumps({"expected_revision": str(instance.revision), **REASON, "review_resolved": True}),
+        preview={},
+        reason=REASON["reason"],
+        expected_revision=instance.revision,
+        proposed_by="6" * 32,
+        expires_at=clock.now() + dt.timedelta(hours=1),
+    )
     startable = definition_create(
         namespace_id=namespace.id,
         document={
@@ -136,6 +153,7 @@ def security_world(tenancy):
             "sibling": sibling.id,
             "earlier_poll_activation": earlier_poll.id,
             "other_signal": other_signal.id,
+            "proposal": proposal.id,
         },
     )
 
@@ -277,6 +295,15 @@ ENDPOINTS = [
     Endpoint(f"{W}/tasks/<str:task>", "GET", Scope.READ, "instance", ON_INSTANCE | {"task": "charge_task"}),
     Endpoint(f"{W}/operations", "GET", Scope.AUDIT_READ, "instance", ON_INSTANCE, list_kind="operations"),
     Endpoint(f"{W}/events", "GET", Scope.READ, "instance", ON_INSTANCE, list_kind="events"),
+    Endpoint(f"{W}/notes", "GET", Scope.READ, "instance", ON_INSTANCE, list_kind="notes"),
+    *[
+        Endpoint(f"{W}/{action}", "POST", Scope.ANNOTATE, "instance", ON_INSTANCE, body=body, also=Scope.RECOVER)
+        for action, body in (
+            ("notes", lambda w: {"text": "checked with the provider", "evidence_ref": "ticket:SEC-7"}),
+            ("acknowledge", lambda w: {}),
+            ("assign", lambda w: {"assignee": ""}),
+        )
+    ],
     Endpoint("v1/workflows", "GET", Scope.READ, "namespace", list_kind="workflows"),
     Endpoint("v1/workflows/review-summary", "GET", Scope.READ, "namespace"),
     Endpoint(
@@ -327,6 +354,17 @@ ENDPOINTS = [
             body,
         )
         for name, body in RECOVERY_BODIES.items()
+    ],
+    *[
+        Endpoint(
+            f"v1/workflows/<str:instance_id>/proposals/<str:proposal_id>/{decision}",
+            "POST",
+            Scope.RECOVER,
+            "instance",
+            {"instance_id": "instance", "proposal_id": "proposal"},
+            lambda w, body=body: body,
+        )
+        for decision, body in (("approve", {}), ("reject", {"reason": "not this way"}))
     ],
 ]
 GUARDED = [e for e in ENDPOINTS if e.scope not in (None, PUBLIC)]
@@ -538,6 +576,7 @@ MOVES = {
     "signal_operations": [{"id": "sibling"}, {"signal": "other_signal"}],
     "operations": [{"id": "sibling"}],
     "events": [{"id": "sibling"}],
+    "notes": [{"id": "sibling"}],
     # No parent in the path: its binding to the namespace, filters and order is proven in
     # tests/history/test_instance_query.py.
     "workflows": [],
@@ -645,6 +684,7 @@ def security_console(security_world, security_users):
                 error_class="ValueError",
                 message="m",
             ).id,
+            "history.ApprovalPolicy": models.ApprovalPolicy.objects.create(namespace=w.namespace).id,
             "auth.User": security_users.operator.pk,
             "auth.Group": Group.objects.get(name="operators").pk,
         },
@@ -652,7 +692,13 @@ def security_console(security_world, security_users):
 
 
 # Rows of the namespace itself: every operator of the namespace sees them, whatever its queues.
-NAMESPACE_LEVEL = {"history.Namespace", "history.Application", "history.Credential", "history.Operator"}
+NAMESPACE_LEVEL = {
+    "history.Namespace",
+    "history.Application",
+    "history.Credential",
+    "history.Operator",
+    "history.ApprovalPolicy",
+}
 AUTH_MODELS = {"auth.User", "auth.Group"}
 
 
@@ -816,7 +862,7 @@ def test_the_swept_forms_are_every_url_the_instance_admin_adds():
     added = {u.name for u in model_admin.get_urls() if u.name and u.name.rsplit("_", 1)[1] not in stock}
     assert added == {f"history_workflowinstance_{kind}" for kind, _, _ in FORMS.values()} | {
         f"history_workflowinstance_{kind}" for kind in READS
-    }
+    } | {f"history_workflowinstance_{kind}" for kind in POST_ONLY} | {"history_workflowinstance_proposal"}
 
 
 # The instance admin's added reads: whoever may view the instance, and 404 outside the operator's reach.
@@ -851,6 +897,58 @@ def test_forms_are_404_outside_the_operator_namespace_or_queues_and_403_without_
             assert client.post(url, post).status_code == status, name
     client.force_login(users.operator)
     assert client.get(url).status_code == 200
+
+
+def test_a_proposal_page_is_404_outside_the_operator_reach_and_403_without_the_recover_permission(
+    client, security_forms
+):
+    state, users = security_forms.state, security_forms.users
+    models.ApprovalPolicy.objects.create(namespace=state.instance.namespace)
+    proposer = Identity(state.instance.namespace_id, "6" * 32, frozenset({Scope.RECOVER}), None)
+    proposal_id = (
+        OPERATIONS["review-task"]
+        .service(identity=proposer, instance_id=state.instance.id, idempotency_key="p", command=rq_review(state))
+        .data["proposal_id"]
+    )
+    url = reverse("admin:history_workflowinstance_proposal", args=[state.instance.id, proposal_id])
+    with _nothing_written():
+        for name, status in FORM_REFUSALS:
+            client.force_login(getattr(users, name))
+            assert client.get(url).status_code == status, name
+            assert client.post(url, {"_approve": "1", "idempotency_key": "admin-a"}).status_code == status, name
+    client.force_login(users.operator)
+    assert client.get(url).status_code == 200
+    assert client.post(url, {"_approve": "1", "idempotency_key": "admin-a"}).status_code == 302
+    assert models.Proposal.objects.get(pk=proposal_id).state == models.ProposalState.APPROVED
+
+
+# The instance admin's POST-only actions, which redirect back to the instance page with a message.
+POST_ONLY = {
+    "attention": {
+        "acknowledge": lambda state: {},
+        "assign": lambda state: {"assignee": ""},
+        "note": lambda state: {"text": "checked with the provider", "idempotency_key": "admin-note-1"},
+    }
+}
+
+
+@pytest.mark.parametrize(("kind", "action"), [(k, a) for k, actions in POST_ONLY.items() for a in actions])
+def test_post_only_actions_are_404_outside_the_operator_reach_403_without_the_permission_or_csrf_token(
+    client, security_forms, kind, action
+):
+    state, users = security_forms.state, security_forms.users
+    url = reverse(f"admin:history_workflowinstance_{kind}", args=[state.instance.id, action])
+    post = POST_ONLY[kind][action](state)
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(users.operator)
+    with _nothing_written():
+        for name, status in FORM_REFUSALS:
+            client.force_login(getattr(users, name))
+            assert client.post(url, post).status_code == status, name
+        client.force_login(users.operator)
+        assert client.get(url).status_code == 405
+        assert browser.post(url, post).status_code == 403
+    assert client.post(url, post).status_code == 302
 
 
 def _bulk_post(state, action: str) -> dict:
