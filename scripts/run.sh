@@ -23,6 +23,9 @@ python manage.py weave_demo
 echo "== the operator's login and API token"
 python manage.py weave_bootstrap --namespace demo --actor operator --workflow-audit-access --recover-access \
   --admin-user admin --group operators --group auditors --reset-password --remember var/demo_login.json
+# A second person, to approve what an approval policy holds back (four eyes).
+python manage.py weave_bootstrap --namespace demo --actor approver --admin-user approver --group approvers --no-token \
+  --reset-password --remember var/demo_approver.json
 
 # Every process writes its metrics here; weave_metrics adds them up (a fresh directory per run).
 export PROMETHEUS_MULTIPROC_DIR="$PWD/var/metrics"
