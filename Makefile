@@ -1,10 +1,13 @@
-.PHONY: run test lint format integration
+.PHONY: run test test-cluster lint format integration
 
 run:  ## the demo on the embedded SQLite: migrate, seed, serve admin + API, run the background
 	scripts/run.sh
 
-test:  ## lint and the whole suite, on SQLite and on MariaDB
+test:  ## lint and the whole suite, on SQLite and on MariaDB, and the race tests on a Galera cluster
 	scripts/test.sh
+
+test-cluster:  ## the cluster lane: reliability tests spread over three Galera nodes, faults, the MariaDB lane on one
+	scripts/test_cluster.sh
 
 lint:  ## ruff, and the import-linter layer contract (pyproject.toml)
 	scripts/setup.sh dev && .venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/lint-imports

@@ -20,7 +20,7 @@ from django.db.models import QuerySet
 
 from core import clock
 from engine.state import instance_enter_review, touch
-from history.locking import Level, LockSet
+from history.locking import Level, LockSet, is_retryable
 from history.models import Incident, ReviewCause, WorkflowInstance
 
 log = logging.getLogger("weave.background")
@@ -50,9 +50,18 @@ def open_instance_ids(duty: str) -> QuerySet:
 
 
 def isolated(item: Item, work: Callable[[], T]) -> T | None:
-    """``work()``, or None after recording a non-database error on the item as an incident."""
+    """``work()``, or None after recording a non-database error on the item as an incident.
+
+    An item still colliding with another transaction after the bounded retry is left for the next pass, as
+    one another runner holds is (on a Galera cluster SKIP LOCKED does not see another node's locks: the
+    collision shows at commit instead)."""
     try:
         return work()
+    except db.OperationalError as error:
+        if not is_retryable(error):
+            raise
+        log.warning("%s %s: busy after retries, left for the next pass", item.duty, item.instance_id)
+        return None
     except db.Error:
         raise
     except Exception as error:

@@ -12,6 +12,7 @@ joined rows out of order).
 
 import enum
 import logging
+import random
 import time
 import weakref
 from collections.abc import Callable, Iterable
@@ -186,7 +187,8 @@ class LockSet:
 _RETRYABLE_MYSQL = {1213, 1205}
 
 
-def _is_retryable(exc: OperationalError) -> bool:
+def is_retryable(exc: OperationalError) -> bool:
+    """A deadlock, a lock wait timeout, or (on a Galera cluster) a certification conflict, which reads as 1213."""
     code = exc.args[0] if exc.args else None
     if code in _RETRYABLE_MYSQL:
         return True
@@ -204,9 +206,10 @@ def atomic_with_retry(fn: Callable[[], T], *, attempts: int = 5) -> T:
             with transaction.atomic(), events_batched():
                 return fn()
         except OperationalError as exc:
-            if attempt == attempts or not _is_retryable(exc) or connection.in_atomic_block:
+            if attempt == attempts or not is_retryable(exc) or connection.in_atomic_block:
                 raise
             RetryStats.deadlocks_retried += 1
             logger.warning("retrying after %s (attempt %d)", exc, attempt)
-            time.sleep(0.01 * attempt)
+            # Jittered: two transactions that collided (two runners on two cluster nodes) do not meet again.
+            time.sleep(random.uniform(0.005, 0.02) * attempt)
     raise AssertionError("unreachable")

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: lint, then pytest on SQLite and on MariaDB.
+# The whole test suite: lint, then pytest on SQLite and on MariaDB, then the races on a three-node Galera
+# cluster with their clients spread over the nodes (make test-cluster runs the whole cluster lane).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh dev
@@ -22,4 +23,18 @@ elif [ "${CI:-}" = true ]; then
 else
   echo "MariaDB lane SKIPPED: no server (install mariadb-server or run as root)" >&2
   exit 1
+fi
+
+echo "== the races on a three-node Galera cluster"
+if [ "$(id -u)" = 0 ] || { [ -f /usr/lib/galera/libgalera_smm.so ] && command -v rsync >/dev/null; }; then
+  scripts/galera.sh start
+  trap 'scripts/galera.sh stop' EXIT
+  WEAVE_DATABASE_URL="$(scripts/galera.sh url weave)" pytest -n 2 tests/reliability/test_races.py \
+    tests/engine/test_concurrency.py tests/engine/test_certifiable.py tests/test_cluster_connect.py "$@"
+  scripts/galera.sh counts
+elif [ "${CI:-}" = true ]; then
+  echo "the Galera cluster is required under CI=true" >&2
+  exit 1
+else
+  echo "Galera lane SKIPPED: galera-4 and rsync are missing (run as root to install them)" >&2
 fi

@@ -165,9 +165,23 @@ TEMPLATES = [
 
 
 def database_from_url(url: str) -> dict:
-    """One database config from a URL, with the options the lock-based design needs."""
+    """One database config from a URL, with the options the lock-based design needs.
+
+    ``mysql://user@host1:port1,host2:port2,…/name`` names the nodes of a Galera cluster (``NODES``): each
+    connection goes to the first of them that is up and synced (``weave_site.mysql``).
+    """
+    nodes = []
+    scheme, _, rest = url.partition("://")
+    credentials, at, hosts = rest.partition("/")[0].rpartition("@")
+    if scheme == "mysql" and "," in hosts:
+        for node in hosts.split(","):
+            host, _, port = node.partition(":")
+            nodes.append((host, int(port or 3306)))
+        url = url.replace(f"{credentials}{at}{hosts}", f"{credentials}{at}{hosts.split(',')[0]}", 1)
     config = dj_database_url.parse(url, conn_max_age=0)
     engine = config["ENGINE"]
+    if nodes:
+        config["NODES"] = nodes
     if engine == "django.db.backends.mysql":
         config["ENGINE"] = "weave_site.mysql"  # atomic blocks open with START TRANSACTION
         config["OPTIONS"] = {

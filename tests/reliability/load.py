@@ -170,11 +170,13 @@ class Background:
 
     def start(self, *roles: str) -> None:
         for role in roles or self.commands:
+            # On a cluster each role's connections go to a node of its own first (the roles in turn).
+            node = str(list(self.commands).index(role))
             with open(self.log_dir / f"{role}.log", "ab") as log:
                 self.processes[role] = subprocess.Popen(
                     self.commands[role],
                     cwd=ROOT,
-                    env=self.env,
+                    env=self.env | {"WEAVE_DATABASE_NODE": node},
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -299,6 +301,10 @@ class Clients:
                 self.counts["replayed"] += response.headers.get("Idempotent-Replayed") == "true"
                 if response.status_code >= 500:
                     self.server_errors.append(f"{method} {path} {response.status_code} {response.text[:300]}")
+            # UNAVAILABLE (a database node lost under the request) says: send it again, with its key.
+            if response.status_code == 503 and key is not None and time.monotonic() < deadline:
+                time.sleep(0.3)
+                continue
             return response
 
     def _record(self, kind: str, mark: str, response) -> bool:

@@ -54,6 +54,7 @@ from tests.conftest import bearer
 from tests.engine.conftest import Engine, task_step
 from tests.engine.test_poll import poll_step
 from tests.recovery import requests as rq
+from weave_site.mysql.base import pin_node
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -115,8 +116,9 @@ def _concurrently(work, count: int) -> list:
 
     def run(i: int) -> None:
         try:
-            barrier.wait()
-            results[i] = work(i)
+            with pin_node(i):  # on a cluster, the clients are spread over its nodes
+                barrier.wait()
+                results[i] = work(i)
         except Exception as exc:  # collected and asserted by the test
             results[i] = exc
         finally:
