@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 from api import openapi, presenters, schema
 from api.params import PAGE_PARAMS, list_params, no_params, page_params, path_id, path_step_key, query_check
 from api.permissions import scope_required
+from history.locking import reads_from_any_commit
 from history.models import Scope
 from history.selectors import activations, events, instance_list, instances, operations, signals, tasks
 from history.selectors.pagination import ListKind, Page, cursor_encode
@@ -24,6 +25,10 @@ AUDIT_READ = scope_required(Scope.AUDIT_READ)
 class HistoryView(APIView):
     http_method_names = ["get"]
     permission_classes = [READ]
+
+    def dispatch(self, request, *args, **kwargs):
+        with reads_from_any_commit():
+            return super().dispatch(request, *args, **kwargs)
 
 
 def next_cursor(page: Page, *, kind: ListKind, parents: list[str]) -> str | None:

@@ -90,10 +90,12 @@ def cell_prepare(*, steps: int, instances: int) -> str:
     return namespace.name
 
 
-def command_process(results, name: str, **options) -> multiprocessing.Process:
-    """``manage.py <name>`` in a forked process, its wire counted; it stops on SIGTERM like the real one."""
+def command_process(results, name: str, node: int, **options) -> multiprocessing.Process:
+    """``manage.py <name>`` in a forked process, its wire counted; it stops on SIGTERM like the real one. On a
+    cluster URL its connections go to node ``node`` first (the processes spread their writes)."""
 
     def run() -> None:
+        os.environ["WEAVE_DATABASE_NODE"] = str(node)
         wire = Wire()
         connection_created.connect(lambda connection, **_: wire_count(connection.connection, wire), weak=False)
         with open(os.devnull, "w") as quiet:
@@ -126,9 +128,11 @@ def cell_run(*, namespace: str, workers: int, runners: int, batch: int, interval
     mine = WorkflowInstance.objects.filter(namespace__name=namespace)
     total = mine.count()
     results = multiprocessing.get_context("fork").Queue()
-    processes = [command_process(results, "weave_runner", interval=interval) for _ in range(runners)] + [
-        command_process(results, "weave_worker", queue=QUEUE, namespace=namespace, interval=interval, batch=batch)
-        for _ in range(workers)
+    processes = [command_process(results, "weave_runner", n, interval=interval) for n in range(runners)] + [
+        command_process(
+            results, "weave_worker", runners + n, queue=QUEUE, namespace=namespace, interval=interval, batch=batch
+        )
+        for n in range(workers)
     ]
     connection.close()  # the children open their own connections
     started = time.perf_counter()

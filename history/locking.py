@@ -10,12 +10,13 @@ table at a time (MariaDB has no ``FOR UPDATE OF``, so a joined locking read woul
 joined rows out of order).
 """
 
+import contextlib
 import enum
 import logging
 import random
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 from django.db import OperationalError, connection, connections, transaction
@@ -193,6 +194,22 @@ def is_retryable(exc: OperationalError) -> bool:
     if code in _RETRYABLE_MYSQL:
         return True
     return "database is locked" in str(exc)
+
+
+@contextlib.contextmanager
+def reads_from_any_commit() -> Iterator[None]:
+    """On a Galera cluster, reads that need not wait for the latest commits of other nodes (the history lists,
+    whose contract already lets a page move); the session's causal reads come back after. Elsewhere a no-op."""
+    if not connection.settings_dict.get("NODES"):
+        yield
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SET SESSION wsrep_sync_wait = 0")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET SESSION wsrep_sync_wait = 1")
 
 
 class RetryStats:

@@ -10,9 +10,13 @@ scripts/galera.sh start
 trap 'scripts/galera.sh stop' EXIT
 export WEAVE_GALERA="$PWD/scripts/galera.sh"
 
+CLUSTER_URL="$(scripts/galera.sh url weave)"
 echo "== spread over three nodes"
-WEAVE_DATABASE_URL="$(scripts/galera.sh url weave)" pytest -n 2 tests/reliability tests/engine/test_concurrency.py \
-  tests/engine/test_certifiable.py tests/engine/test_faults.py tests/recovery/test_faults.py tests/test_cluster_connect.py "$@"
+WEAVE_DATABASE_URL="$CLUSTER_URL" pytest -n 2 tests/reliability tests/engine/test_concurrency.py \
+  tests/engine/test_certifiable.py tests/engine/test_faults.py tests/recovery/test_faults.py tests/test_cluster_connect.py \
+  --deselect tests/reliability/test_cluster_faults.py "$@"
+echo "== node kills and a partition under load (alone: the nodes it stops would stop the other tests too)"
+WEAVE_DATABASE_URL="$CLUSTER_URL" pytest tests/reliability/test_cluster_faults.py "$@"
 scripts/galera.sh counts
 
 echo "== the whole MariaDB lane on node 1"

@@ -3,6 +3,7 @@
 import pytest
 from django.db import connection
 
+from history.locking import reads_from_any_commit
 from weave_site.mysql.base import DatabaseWrapper, pin_node
 from weave_site.settings import database_from_url
 
@@ -42,3 +43,16 @@ def test_a_node_that_refuses_connections_is_skipped_and_a_pinned_thread_starts_a
             assert cursor.fetchone() == (nodes[2][1],)
     finally:
         wrapper.close()
+
+
+@pytest.mark.skipif(not connection.settings_dict.get("NODES"), reason="needs a cluster URL (make test-cluster)")
+def test_history_reads_do_not_wait_for_other_nodes_and_everything_else_does(db):
+    def sync_wait() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT @@session.wsrep_sync_wait")
+            return cursor.fetchone()[0]
+
+    assert sync_wait() == 1
+    with reads_from_any_commit():
+        assert sync_wait() == 0
+    assert sync_wait() == 1

@@ -12,7 +12,8 @@ A cluster URL names several nodes (``mysql://user@h1:p1,h2:p2,h3:p3/db``, ``NODE
 connection tries them in order from the preferred one — ``WEAVE_DATABASE_NODE`` for a process, ``pin_node``
 for a thread — and skips a node that refuses the connection or is not ready (``wsrep_ready`` OFF: not part
 of the primary component, or not yet synced). Its reads wait for every commit the cluster has certified
-(``wsrep_sync_wait=1``): a check never decides on a row another node already changed.
+(``wsrep_sync_wait=1``): a check never decides on a row another node already changed. The history lists
+read without that wait (``history.locking.reads_from_any_commit``).
 """
 
 import contextlib
