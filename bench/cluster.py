@@ -46,8 +46,10 @@ def _run(url: str, args) -> tuple[str, dict[str, float], dict[str, int]]:
         env={**os.environ, "WEAVE_DATABASE_URL": url},
         capture_output=True,
         text=True,
-        check=True,
-    ).stdout
+    )
+    if table.returncode != 0:
+        raise SystemExit(f"engine_throughput.py on {url} failed:\n{table.stdout}{table.stderr[-3000:]}")
+    table = table.stdout
     after = _counters()
     rates = {m.group(1): float(m.group(2)) for m in re.finditer(r"^weave\s+(\S+)\s+([\d.]+)", table, re.MULTILINE)}
     return table, rates, {name: after[name] - before[name] for name in COUNTERS}

@@ -5,16 +5,19 @@ with ``heartbeat=True`` get their lease extended while they run; the others must
 their lease (``demo.hang`` never does, so its lease expires and its outcome becomes UNKNOWN).
 """
 
+import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
+from django.db import OperationalError, connection
 
 from core import exactjson
 from core.identity import Identity
 from engine.worker import Claim, Completion, task_complete, task_heartbeat
+from history.locking import is_retryable
 
 
 @dataclass(frozen=True)
@@ -116,16 +119,22 @@ def claim_execute(*, identity: Identity, claim: Claim, lease_seconds: int = 30) 
         answer = HandlerResult("FAILED", {"error": type(exc).__name__, "message": str(exc)[:500]}, True)
     finally:
         stop.set()
-    return task_complete(
-        identity=identity,
-        task_id=claim.task.id,
-        command={
-            "attempt_id": claim.attempt.id,
-            "outcome": answer.outcome,
-            "result": answer.result,
-            "retryable": answer.retryable,
-        },
-    )
+    command = {
+        "attempt_id": claim.attempt.id,
+        "outcome": answer.outcome,
+        "result": answer.result,
+        "retryable": answer.retryable,
+    }
+    # The answer is not dropped for a collision (on a cluster, with the runners' writes to the instance on other
+    # nodes): it is sent again until it commits or the lease is over, when the engine takes it as unknown.
+    deadline = time.monotonic() + lease_seconds
+    while True:
+        try:
+            return task_complete(identity=identity, task_id=claim.task.id, command=command)
+        except OperationalError as error:
+            if not is_retryable(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(random.uniform(0.05, 0.2))
 
 
 def _heartbeat(identity: Identity, claim: Claim, lease_seconds: int, stop: threading.Event) -> None:

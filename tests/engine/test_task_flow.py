@@ -2,11 +2,12 @@ import datetime as dt
 from dataclasses import replace
 
 import pytest
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from core import clock, exactjson
 from core.errors import AlreadyExists, PermissionDenied, Unavailable
+from engine import handlers
 from engine.handlers import claim_execute
 from engine.instances import instance_pause, instance_start
 from engine.results import result_event_publish
@@ -436,3 +437,21 @@ def test_a_locked_row_is_the_row_the_queryset_reads_and_saves_nothing_when_uncha
                 with CaptureQueriesContext(connection) as captured:
                     locked.save()
                 assert len(captured) == 0
+
+
+def test_a_worker_sends_its_answer_again_when_its_commit_collides(engine, monkeypatch):
+    engine.start(engine.define([task_step("a")]))
+    runner_pass()
+    claim = engine.claim()
+    sent = []
+
+    def colliding_once(**kwargs):
+        sent.append(kwargs["command"]["attempt_id"])
+        if len(sent) == 1:  # as a certification conflict on a cluster reads
+            raise OperationalError(1213, "Deadlock found when trying to get lock; try restarting transaction")
+        return task_complete(**kwargs)
+
+    monkeypatch.setattr(handlers, "task_complete", colliding_once)
+    completion = claim_execute(identity=engine.identity, claim=claim)
+    assert sent == [claim.attempt.id, claim.attempt.id] and not completion.late
+    assert Attempt.objects.get(pk=claim.attempt.id).state == "SUCCEEDED"
