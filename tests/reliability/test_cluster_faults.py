@@ -19,6 +19,7 @@ import threading
 import time
 from pathlib import Path
 
+import MySQLdb
 import pytest
 from django.db import connection
 
@@ -69,6 +70,28 @@ def _faults(done: list, errors: list) -> None:
         errors.append(exc)
 
 
+def _cluster_counts() -> dict[str, int]:
+    """Transactions committed and certification conflicts on every node, since each node's last start."""
+    settings = connection.settings_dict
+    counts = {"transactions since each node's last start": 0, "certification conflicts since then": 0}
+    for host, port in settings["NODES"]:
+        node = MySQLdb.connect(host=host, port=port, user=settings["USER"], password=settings["PASSWORD"])
+        try:
+            cursor = node.cursor()
+            cursor.execute(
+                "SHOW STATUS WHERE Variable_name IN "
+                "('wsrep_local_commits', 'wsrep_local_cert_failures', 'wsrep_local_bf_aborts')"
+            )
+            status = {name: int(value) for name, value in cursor.fetchall()}
+        finally:
+            node.close()
+        counts["transactions since each node's last start"] += status["wsrep_local_commits"]
+        counts["certification conflicts since then"] += (
+            status["wsrep_local_cert_failures"] + status["wsrep_local_bf_aborts"]
+        )
+    return counts
+
+
 def _leased_twice() -> list:
     """Tasks with two attempts whose leases overlap: one began before the one before it ended."""
     overlapping = []
@@ -97,7 +120,8 @@ def test_node_kills_and_a_partition_under_load_lose_and_double_nothing(tmp_path,
     acknowledged = sum(effect.acknowledged for effect in clients.effects)
     reliability_report(
         "cluster",
-        {
+        _cluster_counts()
+        | {
             "node kills": sum(f.startswith("kill") for f in done),
             "partitions": sum(f.startswith("partition") for f in done),
             "acknowledged": acknowledged,
