@@ -14,8 +14,9 @@ a receipt's key are unique keys, which certification compares as it compares row
 Rows whose guard is another row:
 - the rows an instance owns (its gate, steps, activations, waits, tasks, inbox records) are guarded by the
   instance row: every transaction locks the instance before them, and one that writes must write it;
-- quota counters (application, queues) are decided only by conditional UPDATEs, which are writes: a queue
-  locked and left unwritten took no permit, and not taking one only defers work to a later pass;
+- quota counters (application, queues): taking or giving back a permit writes the counter row (the value
+  read under the lock, or a conditional decrement); a queue locked and left unwritten took no permit, and
+  not taking one only defers work to a later pass;
 - a credential: an operation racing a revocation is one of their two orders either way.
 """
 
