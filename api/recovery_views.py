@@ -123,7 +123,7 @@ class ProposalAnswer(serializers.Serializer):
     created_at = serializers.DateTimeField()
     expires_at = serializers.DateTimeField(help_text="unapproved by then, the runner expires it")
     decided_by = serializers.CharField(help_text="empty while PENDING")
-    decided_at = serializers.DateTimeField(allow_null=True)
+    decided_at = serializers.DateTimeField(required=False, help_text="absent while PENDING")
 
 
 _ERRORS = {

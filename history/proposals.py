@@ -13,7 +13,7 @@ from django.conf import settings
 from core import clock
 from core.errors import FailedPrecondition, NotFound, PermissionDenied
 from core.identity import Identity
-from core.times import format_optional_time, format_time
+from core.times import format_time
 from history.audits import audit_write
 from history.locking import Level, LockSet
 from history.models import ApprovalPolicy, Proposal, ProposalState, WorkflowInstance, WorkflowOperation
@@ -50,7 +50,8 @@ def proposal_snapshot(proposal: Proposal) -> dict:
         "created_at": format_time(proposal.created_at),
         "expires_at": format_time(proposal.expires_at),
         "decided_by": proposal.decided_by,
-        "decided_at": format_optional_time(proposal.decided_at),
+        # Absent, never null, while it waits (as every optional member of the API's answers).
+        **({"decided_at": format_time(proposal.decided_at)} if proposal.decided_at else {}),
     }
 
 

@@ -226,7 +226,7 @@ class WeaveClient:
         if "data" not in envelope:
             raise WeaveResponseError("BAD_RESPONSE", "the envelope has no data", request_id=request_id)
         replayed = response.headers.get("Idempotent-Replayed", "").lower() == "true"
-        return t.Response(data=envelope["data"], request_id=request_id, replayed=replayed)
+        return t.Response(data=envelope["data"], request_id=request_id, replayed=replayed, status=response.status_code)
 
     def _get(self, cls: type[P], path: str, params: Mapping[str, str | list[str]] | None = None) -> P:
         return t.decode(cls, self._send("GET", path, params=params).data)
@@ -489,7 +489,8 @@ class WeaveClient:
     def recover(
         self, workflow_id: str, operation: str, *, idempotency_key: str, command: Mapping[str, Any]
     ) -> t.Response:
-        """One of the six recovery operations; ``data`` is the typed Receipt."""
+        """One of the six recovery operations; ``data`` is the typed Receipt, or the Proposal (status 202) where an
+        approval policy holds the operation for a second person."""
         _check_id(workflow_id, "id")
         if operation not in RECOVERY_OPERATIONS:
             raise InvalidArgument(
@@ -498,9 +499,34 @@ class WeaveClient:
         answer = self._send(
             "POST", f"/v1/workflows/{workflow_id}/recovery/{operation}", body=command, idempotency_key=idempotency_key
         )
-        receipt = t.decode(t.Receipt, answer.data)
-        _expect("workflow_id", receipt.workflow_id, workflow_id)
-        return t.Response(data=receipt, request_id=answer.request_id, replayed=answer.replayed)
+        return self._typed(t.Proposal if answer.status == 202 else t.Receipt, answer, workflow_id)
+
+    def approve_proposal(
+        self, workflow_id: str, proposal_id: str, *, idempotency_key: str, reason: str | None = None
+    ) -> t.Response:
+        """Run a proposal's stored command as its second person; ``data`` is the operation's Receipt."""
+        return self._decide(workflow_id, proposal_id, "approve", idempotency_key, reason, t.Receipt)
+
+    def reject_proposal(self, workflow_id: str, proposal_id: str, *, idempotency_key: str, reason: str) -> t.Response:
+        """Close a pending proposal unrun; ``data`` is the closed Proposal."""
+        return self._decide(workflow_id, proposal_id, "reject", idempotency_key, reason, t.Proposal)
+
+    def _decide(self, workflow_id, proposal_id, decision, idempotency_key, reason, answer_type) -> t.Response:
+        _check_id(workflow_id, "id")
+        _check_id(proposal_id, "proposal_id")
+        answer = self._send(
+            "POST",
+            f"/v1/workflows/{workflow_id}/proposals/{proposal_id}/{decision}",
+            body={} if reason is None else {"reason": reason},
+            idempotency_key=idempotency_key,
+        )
+        return self._typed(answer_type, answer, workflow_id)
+
+    @staticmethod
+    def _typed(answer_type, answer: t.Response, workflow_id: str) -> t.Response:
+        data = t.decode(answer_type, answer.data)
+        _expect("workflow_id", data.workflow_id, workflow_id)
+        return t.Response(data=data, request_id=answer.request_id, replayed=answer.replayed, status=answer.status)
 
     def review_task(self, workflow_id: str, *, idempotency_key: str, command: Mapping[str, Any]) -> t.Response:
         return self.recover(workflow_id, "review-task", idempotency_key=idempotency_key, command=command)

@@ -19,7 +19,7 @@ from weave_sdk.errors import WeaveResponseError
 from weave_sdk.exactjson import RawJSON
 
 T = TypeVar("T")
-REVISION_FIELDS = frozenset({"revision", "control_revision"})
+REVISION_FIELDS = frozenset({"revision", "control_revision", "expected_revision"})
 _REVISION = re.compile(r"[1-9][0-9]{0,19}")
 _TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{6})?Z")
 
@@ -519,6 +519,26 @@ class Receipt:
     activation_id: str | None = None
     activation_sequence: int | None = None
     task_id: str | None = None
+    # Set when the operation ran as the approval of a proposal.
+    proposal_id: str | None = None
+
+
+@model
+class Proposal:
+    """A recovery command an approval policy holds for a second person (HTTP 202), or the decision on one."""
+
+    proposal_id: str
+    workflow_id: str
+    operation: str
+    state: str  # PENDING, APPROVED, REJECTED or EXPIRED
+    expected_revision: int
+    proposed_by: str
+    reason: str
+    evidence_ref: str
+    created_at: dt.datetime
+    expires_at: dt.datetime
+    decided_by: str
+    decided_at: dt.datetime | None = None
 
 
 @model
@@ -528,6 +548,7 @@ class Response:
     data: Any
     request_id: str
     replayed: bool = False
+    status: int = 200
 
 
 def decode(cls: type[T], value: Any, path: str = "data") -> T:

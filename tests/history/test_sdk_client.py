@@ -72,6 +72,8 @@ def client_for(server):
         (lambda c: c.retry_step(W, idempotency_key="", command={}), "Idempotency-Key"),
         (lambda c: c.retry_step(W, idempotency_key="a b", command={}), "Idempotency-Key"),
         (lambda c: c.recover(W, "undo", idempotency_key="k1", command={}), "operation"),
+        (lambda c: c.approve_proposal(W, "p-1", idempotency_key="k1"), "proposal_id"),
+        (lambda c: c.reject_proposal(W, G, idempotency_key="", reason="no"), "Idempotency-Key"),
     ],
 )
 def test_invalid_ids_keys_limits_and_cursors_are_refused_before_sending(call, field):
@@ -260,6 +262,39 @@ def test_a_receipt_for_another_workflow_is_an_error():
     }
     with pytest.raises(WeaveResponseError):
         client_for(Server((200, receipt))).continue_workflow(W, idempotency_key="k", command={})
+
+
+PROPOSAL = {
+    "proposal_id": G,
+    "workflow_id": W,
+    "operation": "retry-step",
+    "state": "PENDING",
+    "expected_revision": "8",
+    "proposed_by": A,
+    "reason": "verified",
+    "evidence_ref": "ticket:1",
+    "created_at": "2026-12-04T08:00:00Z",
+    "expires_at": "2026-12-05T08:00:00Z",
+    "decided_by": "",
+}
+
+
+def test_a_held_operation_decodes_as_its_proposal_and_the_decisions_post_to_it():
+    server = Server(
+        (202, PROPOSAL), (200, PROPOSAL | {"state": "REJECTED", "decided_by": S, "decided_at": "2026-12-04T09:00:00Z"})
+    )
+    client = client_for(server)
+    held = client.retry_step(W, idempotency_key="k", command={})
+    assert (held.status, held.data.state, held.data.expected_revision, held.data.decided_at) == (
+        202,
+        "PENDING",
+        8,
+        None,
+    )
+    rejected = client.reject_proposal(W, G, idempotency_key="k2", reason="refund instead")
+    assert rejected.data.state == "REJECTED"
+    assert server.requests[1].url.path == f"/v1/workflows/{W}/proposals/{G}/reject"
+    assert json.loads(server.requests[1].content) == {"reason": "refund instead"}
 
 
 COMPLETION = {"task_id": G, "state": "NEEDS_REVIEW", "revision": "4", "attempt_count": 1, "max_attempts": 3}

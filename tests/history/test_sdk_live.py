@@ -3,7 +3,7 @@
 import pytest
 from weave_sdk import InvalidArgument, NotFound, PermissionDenied, RawJSON, WeaveClient
 
-from history.models import ActivationState, AttemptState, InstanceEvent, Scope
+from history.models import ActivationState, ApprovalPolicy, AttemptState, InstanceEvent, Scope
 from tests import states
 from tests.factories import (
     AttemptFactory,
@@ -14,6 +14,7 @@ from tests.factories import (
     poll_round,
     step_of,
 )
+from tests.recovery import requests as rq
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -178,3 +179,22 @@ def test_the_sdk_finds_the_instances_in_review_and_counts_them(live_server, issu
         with pytest.raises(InvalidArgument) as caught:
             client.list_workflows(state="RUNNING", cursor="forged")
         assert caught.value.field == "cursor"
+
+
+def test_the_sdk_gets_a_proposal_where_a_policy_holds_the_operation_and_a_second_person_approves_it(
+    live_server, issue_token, tenancy
+):
+    state = states.task_failed_state(tenancy)
+    ApprovalPolicy.objects.create(namespace=tenancy[0], operation="retry-step")
+    proposer = WeaveClient(live_server.url, issue_token(scopes=[Scope.RECOVER]).token)
+    approver = WeaveClient(live_server.url, issue_token(scopes=[Scope.RECOVER], actor_id="b" * 32).token)
+    with proposer, approver:
+        held = proposer.retry_step(state.instance.id, idempotency_key="sdk-p", command=rq.retry(state))
+        assert held.status == 202 and held.data.state == "PENDING"
+        assert held.data.expected_revision == state.instance.revision
+        with pytest.raises(PermissionDenied):
+            proposer.approve_proposal(state.instance.id, held.data.proposal_id, idempotency_key="sdk-a0")
+        done = approver.approve_proposal(
+            state.instance.id, held.data.proposal_id, idempotency_key="sdk-a1", reason="checked"
+        )
+        assert done.status == 200 and done.data.proposal_id == held.data.proposal_id and done.data.task_id
