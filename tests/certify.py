@@ -69,8 +69,7 @@ RECORDS = {
         Incident,
     )
 }
-_WRITE = re.compile(r"^(?:UPDATE|INSERT INTO|DELETE FROM) [`\"]?(\w+)[`\"]?", re.IGNORECASE)
-_UPDATE = re.compile(r"^UPDATE [`\"]?(\w+)[`\"]? ", re.IGNORECASE)
+_WRITE = re.compile(r"^(UPDATE|INSERT INTO|DELETE FROM) [`\"]?(\w+)[`\"]?", re.IGNORECASE)
 _ID = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -111,12 +110,13 @@ def write_sets_checked() -> Iterator[list[str]]:
         if not context["connection"].in_atomic_block:  # a statement of its own (autocommit): no locks held
             return execute(sql, params, many, context)
         write = _WRITE.match(sql.lstrip())
-        if write and write.group(1) not in RECORDS:
-            state.wrote = True
-        match = _UPDATE.match(sql.lstrip())
-        if match:
-            flat = [p for group in (params or []) for p in (group if many else [group])] if many else params or []
-            state.written.update((match.group(1), p) for p in flat if isinstance(p, str) and _ID.match(p))
+        if write is None:
+            return execute(sql, params, many, context)
+        verb, table = write.group(1).upper(), write.group(2)
+        state.wrote = state.wrote or table not in RECORDS
+        if verb == "UPDATE":
+            flat = [p for group in params for p in group] if many else list(params or [])
+            state.written.update((table, p) for p in flat if isinstance(p, str) and _ID.match(p))
         return execute(sql, params, many, context)
 
     def checked_commit(self):
