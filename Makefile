@@ -1,4 +1,4 @@
-.PHONY: run test test-cluster lint format integration
+.PHONY: run test test-cluster lint format integration docs
 
 run:  ## the demo on the embedded SQLite: migrate, seed, serve admin + API, run the background
 	scripts/run.sh
@@ -17,3 +17,6 @@ format:
 
 integration:  ## the SDK end to end against a live server, and the runnable examples
 	scripts/setup.sh dev && .venv/bin/pytest tests/history/test_sdk_live.py tests/test_examples.py
+
+docs:  ## the documentation site (MkDocs) on 127.0.0.1:8001, rebuilt on every save
+	scripts/setup.sh dev && NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs serve -a 127.0.0.1:8001

@@ -12,6 +12,9 @@ from history.models import Namespace, Operator
 
 CHROMIUM = os.environ.get("WEAVE_CHROMIUM", "/usr/bin/chromium")
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
+# The documentation's pictures: taken only when WEAVE_DOCS_SCREENSHOTS=1, at one viewport size.
+DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "img"
+DOCS_VIEWPORT = {"width": 1280, "height": 800}
 
 
 @pytest.fixture(scope="session")
@@ -69,13 +72,30 @@ def admin_login(page, live_server, username, password="pw"):
     page.wait_for_selector("#user-tools")
 
 
-def confirm(page, *, declare=True, screenshot=None):
-    """On an operation's form: tick the declaration when asked, preview, then confirm (two submits)."""
+def docs_screenshot(page, name: str, *, at: str | None = None) -> None:
+    """With WEAVE_DOCS_SCREENSHOTS=1, save what the page shows as ``docs/img/<name>.png`` for the documentation:
+    the docs' viewport, scrolled to the element ``at`` when given; then the page is as it was. Otherwise nothing."""
+    if os.environ.get("WEAVE_DOCS_SCREENSHOTS") != "1":
+        return
+    viewport, scrolled = page.viewport_size, page.evaluate("window.scrollY")
+    page.set_viewport_size(DOCS_VIEWPORT)
+    if at:
+        page.eval_on_selector(at, "e => e.scrollIntoView({block: 'start'})")
+    page.screenshot(path=str(DOCS_IMAGES / f"{name}.png"))
+    page.set_viewport_size(viewport)
+    page.evaluate(f"window.scrollTo(0, {scrolled})")
+
+
+def confirm(page, *, declare=True, screenshot=None, docs=None):
+    """On an operation's form: tick the declaration when asked, preview, then confirm (two submits).
+    ``docs`` names the documentation's picture of the preview (``docs_screenshot``)."""
     if declare:
         page.check("#id_declaration")
     page.click("input[name=_preview]")
     page.wait_for_selector("#preview")
     if screenshot:
         page.screenshot(path=str(screenshot), full_page=True)
+    if docs:
+        docs_screenshot(page, docs)
     page.click("input[name=_confirm]")
     page.wait_for_selector("ul.messagelist li.success")

@@ -6,7 +6,7 @@ from django.contrib.auth.models import Group, User
 
 from history.models import ApprovalPolicy, Operator, Proposal, ProposalState, Task, TaskState, WorkflowInstance
 from tests.browser import test_csp
-from tests.browser.conftest import admin_login
+from tests.browser.conftest import admin_login, docs_screenshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 violations = test_csp.violations
@@ -51,6 +51,7 @@ def test_a_proposal_is_made_by_one_operator_and_approved_by_another(
     assert "olga (operators)" in page.inner_text("#proposal-summary [data-proposer]")
     page.wait_for_selector("#consequences")
     page.screenshot(path=str(screenshots / "proposal-approve.png"), full_page=True)
+    docs_screenshot(page, "proposal")
     page.fill("#id_reason", "checked the ticket")
     page.click("#approve")
     assert "Review task approved and applied" in page.inner_text("ul.messagelist li.success")

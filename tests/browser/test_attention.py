@@ -5,7 +5,7 @@ from django.contrib.auth.models import Group, User
 
 from history.models import Namespace, Operator, WorkflowInstance
 from tests.browser import test_csp
-from tests.browser.conftest import admin_login
+from tests.browser.conftest import admin_login, docs_screenshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 # The CSP suite's fixture: every CSP refusal and uncaught script error the browser reports.
@@ -62,6 +62,7 @@ def test_acknowledge_assign_and_note_from_the_instance_page_and_see_them_on_the_
     assert correction.locator("del").inner_text() == "The provider's dashboard shows the charge as pending."
     assert page.eval_on_selector("#attention", "e => getComputedStyle(e).borderStyle") == "solid"
     page.screenshot(path=str(screenshots / "attention-and-notes.png"), full_page=True)
+    docs_screenshot(page, "attention-and-notes", at="#attention")
 
     # Nothing of the engine moved: the page shows the revision it had.
     assert page.inner_text("#instance-revision") == str(before.revision)

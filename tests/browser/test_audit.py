@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 
 from history.models import Namespace, Operator, WorkflowOperation
-from tests.browser.conftest import admin_login
+from tests.browser.conftest import admin_login, docs_screenshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,6 +38,7 @@ def test_the_filtered_audit_list_exports_as_csv_and_json_lines(live_server, page
         .values_list("id", "reason")
     )
     assert expected  # the demo paused an instance "for maintenance"
+    docs_screenshot(page, "audit-list")
     rows = list(csv.DictReader(io.StringIO(_download(page, "#export-csv"))))
     assert [(r["id"], r["reason"]) for r in rows] == [tuple(e) for e in expected]
     lines = [json.loads(line) for line in _download(page, "#export-jsonl").splitlines()]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.browser.conftest import admin_login
+from tests.browser.conftest import admin_login, docs_screenshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,6 +21,7 @@ def test_a_bulk_retry_with_one_ineligible_instance_retries_only_the_eligible_one
     assert "eligible:" in page.inner_text(f"#bulk-instances tr[data-instance='{failed}']")
     assert "not eligible:" in page.inner_text(f"#bulk-instances tr[data-instance='{unknown}']")
     page.screenshot(path=str(screenshots / "bulk-retry-preview.png"), full_page=True)
+    docs_screenshot(page, "bulk-retry")
 
     page.fill("#id_reason", "the card network is back")
     page.fill("#id_evidence_ref", "ticket:OPS-99")

@@ -3,7 +3,7 @@
 import pytest
 
 from engine.runner import runner_settle
-from tests.browser.conftest import admin_login, confirm
+from tests.browser.conftest import admin_login, confirm, docs_screenshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,6 +26,8 @@ def test_an_operator_reviews_resolves_and_continues_an_unknown_task_to_success(l
     page.goto(url)
     assert page.inner_text("#instance-state") == "NEEDS_REVIEW"
     page.screenshot(path=str(screenshots / "instance-task-unknown.png"), full_page=True)
+    docs_screenshot(page, "instance-page")
+    docs_screenshot(page, "instance-facts", at="#decision-facts")
 
     _decide(
         page,

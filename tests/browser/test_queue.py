@@ -5,7 +5,7 @@ import json
 import pytest
 
 from engine.runner import runner_settle
-from tests.browser.conftest import admin_login, confirm
+from tests.browser.conftest import admin_login, confirm, docs_screenshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -17,6 +17,7 @@ def test_the_operator_lands_on_the_queue_and_retries_a_failed_step_from_its_row(
     assert page.locator("#queue-rows tr[data-instance]").count() == 8
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     page.screenshot(path=str(screenshots / "review-queue.png"), full_page=True)
+    docs_screenshot(page, "review-queue")
     page.goto(f"{live_server.url}/admin/history/workflowinstance/")
     page.screenshot(path=str(screenshots / "instance-list.png"), full_page=True)
     # The instance list's table is not cut: it fits inside its scrolling container.
@@ -46,7 +47,8 @@ def test_an_unknown_task_is_carried_to_success_from_the_queue_without_retyping(l
     page.fill("#id_result", '{"paid": true}')
     page.fill("#id_reason", "the payment is in the ledger")
     page.fill("#id_evidence_ref", "ticket:OPS-42")
-    confirm(page, screenshot=screenshots / "form-review-task.png")
+    docs_screenshot(page, "operation-form")
+    confirm(page, screenshot=screenshots / "form-review-task.png", docs="operation-preview")
 
     # The review waits for the background: the page says so and follows it without a reload.
     assert page.locator("#follow").is_visible()
