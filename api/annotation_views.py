@@ -91,7 +91,7 @@ class WorkflowAssignView(APIView):
         summary="Assign the instance's current review to an operator, or unassign it; changes no state or revision",
         parameters=[schema.WORKFLOW_ID],
         request=openapi.AssignCommand,
-        responses=schema.responses(schema.Attention, errors=openapi.ATTENTION_ERRORS),
+        responses=schema.responses(schema.Attention, errors=openapi.ASSIGN_ERRORS),
     )
     def post(self, request, id):
         instance_id = id_argument(id, "id")

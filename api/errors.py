@@ -31,6 +31,12 @@ class NotAcceptable(errors.WeaveError):
     code, status = "NOT_ACCEPTABLE", 406
 
 
+class LengthRequired(errors.InvalidArgument):
+    """A body without Content-Length that the server cannot read to its end: INVALID_ARGUMENT naming it, 411."""
+
+    status = 411
+
+
 def as_weave_error(exc: Exception) -> errors.WeaveError:
     if isinstance(exc, errors.WeaveError):
         return exc
@@ -63,14 +69,15 @@ def envelope_exception_handler(exc, context):
     return response
 
 
-def _json_error(request, error: errors.WeaveError) -> JsonResponse:
+def json_error(request, error: errors.WeaveError) -> JsonResponse:
+    """The envelope answered outside a DRF view (its exception handler answers inside one)."""
     return JsonResponse({"request_id": request_id_of(request), "error": error.as_dict()}, status=error.status)
 
 
 def api_not_found(request, exception=None):
     """404 for unrouted paths: the envelope under /v1/, Django's page elsewhere."""
     if request.path.startswith("/v1/"):
-        return _json_error(request, errors.NotFound("no such endpoint"))
+        return json_error(request, errors.NotFound("no such endpoint"))
     from django.views.defaults import page_not_found
 
     return page_not_found(request, exception)
@@ -78,7 +85,7 @@ def api_not_found(request, exception=None):
 
 def api_server_error(request):
     if request.path.startswith("/v1/"):
-        return _json_error(request, errors.WeaveError("internal error"))
+        return json_error(request, errors.WeaveError("internal error"))
     from django.views.defaults import server_error
 
     return server_error(request)

@@ -117,8 +117,13 @@ class AcknowledgeCommand(Command):
 
 
 class AssignCommand(Command):
-    assignee = schema.text_field(
-        max_length=32, blank=True, help_text='the actor id of an operator of the namespace; "" unassigns'
+    assignee = schema.schema_field(
+        {
+            "type": "string",
+            "maxLength": 32,
+            "pattern": f"^(?:{ID_PATTERN.pattern})?$",
+            "description": 'the actor id of an operator of the namespace (32 lowercase hex); "" unassigns',
+        }
     )
 
 
@@ -235,7 +240,7 @@ def idempotency_key(*, status: int) -> list:
 
 AUTH_ERRORS = {401: schema.UNAUTHENTICATED, 403: schema.PERMISSION_DENIED}
 UNAVAILABLE = {503: schema.UNAVAILABLE}
-TOO_LARGE = {413: schema.TOO_LARGE}
+BODY_REFUSALS = {411: schema.LENGTH_REQUIRED, 413: schema.TOO_LARGE}
 WORKFLOW_NOT_FOUND = (
     "NOT_FOUND: the workflow is not in the caller's namespace or a queue of its definition is not accessible"
 )
@@ -244,7 +249,7 @@ _KEY_REUSED = "ALREADY_EXISTS: this Idempotency-Key was used for another command
 START_ERRORS = {
     400: f"INVALID_ARGUMENT: a malformed command or Idempotency-Key, {schema.BODY_LIMITS} (field named)",
     **AUTH_ERRORS,
-    **TOO_LARGE,
+    **BODY_REFUSALS,
     404: "NOT_FOUND: no such definition (version) in the namespace, or a queue of it is not accessible",
     409: _KEY_REUSED,
     **UNAVAILABLE,
@@ -253,7 +258,7 @@ SIGNAL_ERRORS = {
     400: "INVALID_ARGUMENT: a malformed id, command or Idempotency-Key, or a target that is not a signal step of "
     f"the definition, {schema.BODY_LIMITS} (field named); FAILED_PRECONDITION: the instance is finished",
     **AUTH_ERRORS,
-    **TOO_LARGE,
+    **BODY_REFUSALS,
     404: WORKFLOW_NOT_FOUND,
     409: _KEY_REUSED,
     **UNAVAILABLE,
@@ -262,7 +267,7 @@ CONTROL_ERRORS = {
     400: f"INVALID_ARGUMENT: a malformed id or command, {schema.BODY_LIMITS} (field named); FAILED_PRECONDITION: "
     "the instance is finished or already in the asked state",
     **AUTH_ERRORS,
-    **TOO_LARGE,
+    **BODY_REFUSALS,
     404: WORKFLOW_NOT_FOUND,
     409: "ABORTED: expected_control_revision is not the current control_revision",
     **UNAVAILABLE,
@@ -270,7 +275,7 @@ CONTROL_ERRORS = {
 CLAIM_ERRORS = {
     400: f"INVALID_ARGUMENT: a malformed queue name or command, {schema.BODY_LIMITS} (field named)",
     **AUTH_ERRORS,
-    **TOO_LARGE,
+    **BODY_REFUSALS,
     404: "NOT_FOUND: no such queue in the namespace, or it is not accessible",
     **UNAVAILABLE,
 }
@@ -278,7 +283,7 @@ ATTEMPT_ERRORS = {
     400: f"INVALID_ARGUMENT: a malformed id or command, {schema.BODY_LIMITS} (field named); FAILED_PRECONDITION: "
     "the attempt already finished (a lost lease is no error: 200 with late true)",
     **AUTH_ERRORS,
-    **TOO_LARGE,
+    **BODY_REFUSALS,
     404: "NOT_FOUND: no such task in the namespace behind an accessible queue, or no such attempt of it",
     **UNAVAILABLE,
 }
@@ -287,18 +292,21 @@ ATTEMPT_ERRORS = {
 NOTE_ERRORS = {
     400: f"INVALID_ARGUMENT: a malformed id, command or Idempotency-Key, {schema.BODY_LIMITS} (field named)",
     **AUTH_ERRORS,
-    **TOO_LARGE,
+    **BODY_REFUSALS,
     404: f"{WORKFLOW_NOT_FOUND}; or corrects names no note of this workflow (field corrects)",
     409: _KEY_REUSED,
     **UNAVAILABLE,
 }
 ATTENTION_ERRORS = {
-    400: f"INVALID_ARGUMENT: a malformed id or command, or an assignee that is no operator of the namespace, "
-    f"{schema.BODY_LIMITS} (field named); FAILED_PRECONDITION: the instance is not in review",
+    400: f"INVALID_ARGUMENT: a malformed id or command, {schema.BODY_LIMITS} (field named); FAILED_PRECONDITION: "
+    "the instance is not in review",
     **AUTH_ERRORS,
-    **TOO_LARGE,
+    **BODY_REFUSALS,
     404: WORKFLOW_NOT_FOUND,
     **UNAVAILABLE,
+}
+ASSIGN_ERRORS = ATTENTION_ERRORS | {
+    404: f"{WORKFLOW_NOT_FOUND}; or assignee is the actor id of no operator of the namespace (field assignee)"
 }
 
 
@@ -364,7 +372,8 @@ def _link(target: str, parameters: dict, body: dict | None) -> dict:
 def postprocess(result: dict, generator, request, public) -> dict:
     """Request-body limits on every POST and the links between operations (drf-spectacular postprocessing hook)."""
     body_rules = (
-        f"one JSON object of at most {limits.max_body_bytes()} bytes (413 beyond, before it is read), nested at most "
+        f"one JSON object of at most {limits.max_body_bytes()} bytes (413 beyond, before it is read; a chunked body "
+        "is read up to the limit where the server ends it, else 411), nested at most "
         f"{limits.MAX_JSON_DEPTH} levels, number literals of at most {limits.MAX_NUMBER_CHARS} characters, no lone "
         "surrogate in any string or key; an unknown or repeated key is a 400 naming it"
     )

@@ -117,13 +117,15 @@ class ProposalAnswer(serializers.Serializer):
     operation = serializers.CharField(help_text="the operation's API name, e.g. retry-step")
     state = serializers.ChoiceField(choices=["PENDING", "APPROVED", "REJECTED", "EXPIRED"])
     expected_revision = schema.RevisionField(help_text="the instance revision the command was checked at")
-    proposed_by = serializers.CharField(help_text="the proposer's actor id; only another actor may approve")
+    proposed_by = schema.IdField(help_text="the proposer's actor id; only another actor may approve")
     reason = serializers.CharField()
     evidence_ref = serializers.CharField()
-    created_at = serializers.DateTimeField()
-    expires_at = serializers.DateTimeField(help_text="unapproved by then, the runner expires it")
-    decided_by = serializers.CharField(help_text="empty while PENDING")
-    decided_at = serializers.DateTimeField(required=False, help_text="absent while PENDING")
+    created_at = schema.TimeField()
+    expires_at = schema.TimeField(help_text="unapproved by then, the runner expires it")
+    decided_by = serializers.CharField(
+        allow_blank=True, help_text='empty while PENDING; the deciding actor id, or "engine" for an expiry'
+    )
+    decided_at = schema.TimeField(required=False, help_text="absent while PENDING")
 
 
 _ERRORS = {
@@ -131,7 +133,7 @@ _ERRORS = {
     "FAILED_PRECONDITION: the instance is not NEEDS_REVIEW, its inbox holds a PENDING or QUARANTINED record, or a "
     "rule of the operation",
     **openapi.AUTH_ERRORS,
-    **openapi.TOO_LARGE,
+    **openapi.BODY_REFUSALS,
     404: f"{openapi.WORKFLOW_NOT_FOUND}; or the referenced step, task or activation is not under this instance",
     409: "ABORTED: a revision is stale or activation_id is not the step's current one; ALREADY_EXISTS: this "
     "Idempotency-Key was used for another command",
@@ -204,7 +206,7 @@ _DECISION_ERRORS = {
     "clean, or a rule of the operation",
     **openapi.AUTH_ERRORS,
     403: "PERMISSION_DENIED: the credential lacks workflows:recover; approve: the caller proposed it",
-    **openapi.TOO_LARGE,
+    **openapi.BODY_REFUSALS,
     404: f"{openapi.WORKFLOW_NOT_FOUND}; or no such proposal of this workflow",
     409: "ABORTED: approve: the instance or a row the command names moved since it was proposed (nothing is "
     "written: propose again); ALREADY_EXISTS: this Idempotency-Key was used for another command",

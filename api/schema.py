@@ -211,13 +211,18 @@ def envelope(data: type[serializers.Serializer]) -> type[serializers.Serializer]
 UNAUTHENTICATED = "UNAUTHENTICATED: missing, invalid, revoked or expired bearer token"
 PERMISSION_DENIED = "PERMISSION_DENIED: the credential lacks the endpoint's scope"
 TOO_LARGE = (
-    "the request body is larger than WEAVE_MAX_BODY_BYTES (1 MiB by default): refused before it is read, the error "
-    "names the limit"
+    "INVALID_ARGUMENT: the request body is larger than WEAVE_MAX_BODY_BYTES (1 MiB by default), refused before it "
+    "is read, a chunked one as soon as it passes the limit (field body, the limit named); or a client JSON value "
+    "(input, payload, result) is larger than WEAVE_MAX_JSON_BYTES as UTF-8 (256 KiB by default; the field named)"
+)
+LENGTH_REQUIRED = (
+    "INVALID_ARGUMENT: a body sent chunked, without Content-Length, where the server does not end it for the "
+    "application, as the development server or ASGI (field body, the limit named); behind gunicorn it is read"
 )
 # What every JSON body is refused for, whatever its command (each a 400 naming the field or the limit).
 BODY_LIMITS = (
     f"a body nested deeper than {limits.MAX_JSON_DEPTH} levels, a number literal longer than "
-    f"{limits.MAX_NUMBER_CHARS} characters, a lone surrogate, client JSON over WEAVE_MAX_JSON_BYTES"
+    f"{limits.MAX_NUMBER_CHARS} characters, a lone surrogate"
 )
 UNAVAILABLE = "UNAVAILABLE: a broken relation between the rows read (corruption) or the database is unavailable"
 
@@ -473,7 +478,11 @@ class SignalOperationDetail(SignalOperationItem):
     reason = serializers.CharField()
     evidence_ref = serializers.CharField(required=False)
     before = SnapshotField(help_text="null for an acceptance")
-    after = SnapshotField(help_text="the acceptance snapshot, never rewritten")
+    after = schema_field(
+        {"type": "object", "additionalProperties": True},
+        serializers.JSONField,
+        help_text="the acceptance snapshot, never rewritten (never null)",
+    )
 
 
 class WorkflowOperationItem(serializers.Serializer):
@@ -703,11 +712,22 @@ class CredentialSelf(serializers.Serializer):
 # ---- the instance query and the review summary -------------------------------------------
 
 NAME_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[a-z0-9][a-z0-9_.\\-]{0,63}$"}
-QUERY_TIME_SCHEMA = {
-    "type": "string",
-    "format": "date-time",
-    "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$",
-}
+
+
+def _rfc3339_pattern() -> str:
+    """RFC 3339 with its offset, exactly as the server parses it: years 0001-9999, each month's days (29 February
+    in leap years only), no leap second, at most 6 fraction digits."""
+    year = "(?:[0-9]{3}[1-9]|[0-9]{2}[1-9]0|[0-9][1-9]00|[1-9]000)"
+    # Divisible by 4 but not by 100, or by 400 (0000 is no year).
+    leap_year = "(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][48]|[13579][26]|[2468]0)00)"
+    days = {"(?:0[13578]|1[02])": "(?:0[1-9]|[12][0-9]|3[01])", "(?:0[469]|11)": "(?:0[1-9]|[12][0-9]|30)"}
+    month_days = "|".join(f"{month}-{day}" for month, day in days.items())
+    date = f"(?:{year}-(?:{month_days}|02-(?:0[1-9]|1[0-9]|2[0-8]))|{leap_year}-02-29)"
+    hour, sixty = "(?:[01][0-9]|2[0-3])", "[0-5][0-9]"
+    return f"^{date}T{hour}:{sixty}:{sixty}(?:\\.[0-9]{{1,6}})?(?:Z|[+-]{hour}:{sixty})$"
+
+
+QUERY_TIME_SCHEMA = {"type": "string", "format": "date-time", "pattern": _rfc3339_pattern()}
 BUSINESS_KEY_SCHEMA = {"minLength": 1, **text_schema(max_length=256, blank=True)}
 
 

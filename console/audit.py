@@ -14,6 +14,8 @@ from history.models import Credential, Operator
 
 EXPORT_BATCH = 2000
 EXPORT_FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
+# What a spreadsheet takes for the start of a formula in a cell (OWASP, CSV injection).
+FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def actor_names(rows: Iterable) -> dict[tuple[str, str], str]:
@@ -107,16 +109,24 @@ class _Line:
         return value
 
 
+def _csv_cell(value):
+    """One CSV cell: JSON values as JSON text, and text a spreadsheet would run as a formula (a reason such as
+    ``=HYPERLINK(…)``) led by ``'`` so it opens as text."""
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True)
+    if isinstance(value, str) and value.startswith(FORMULA_LEADS):
+        return "'" + value
+    return value
+
+
 def export_lines(rows: Iterable, columns: list[str], record, fmt: str) -> Iterator[str]:
-    """CSV (a header, then one row each; JSON values as JSON text) or JSON Lines of ``record(row)`` dicts."""
+    """CSV (a header, then one row each, cells by ``_csv_cell``) or JSON Lines of ``record(row)`` dicts, their
+    text exact."""
     if fmt == "csv":
         writer = csv.writer(_Line())
         yield writer.writerow(columns)
         for row in rows:
-            values = record(row)
-            yield writer.writerow(
-                [json.dumps(v, sort_keys=True) if isinstance(v, dict | list) else v for v in values.values()]
-            )
+            yield writer.writerow([_csv_cell(value) for value in record(row).values()])
         return
     for row in rows:
         yield json.dumps(record(row), sort_keys=False, ensure_ascii=False) + "\n"

@@ -1,8 +1,8 @@
 """The facts a decision on the step in review needs, from the rows the instance page already read."""
 
-import json
 from dataclasses import dataclass, field
 
+from core import exactjson
 from engine.definitions import poll_classify
 from history import models
 from history.selectors.instance_page import ActivationView, InstancePage
@@ -29,7 +29,7 @@ class DecisionFacts:
     @property
     def definition(self) -> str:
         """The step as its definition declares it (handler, queue, budget, deadlines, mapping, contract)."""
-        return json.dumps(self.spec, indent=2, sort_keys=True, ensure_ascii=False)
+        return exactjson.dumps(self.spec, sort_keys=True, indent=2)
 
 
 def decision_facts(page: InstancePage) -> DecisionFacts | None:

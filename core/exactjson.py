@@ -3,7 +3,12 @@
 Client inputs, outputs, results and payloads are stored as text and must come back
 as sent: ``1.10`` stays ``1.10`` and big integers are never squeezed through a float.
 ``loads`` keeps every number as a ``Number`` holding its literal; ``dumps`` writes it
-back verbatim. ``Raw`` embeds already-serialised JSON text into a larger document.
+back verbatim. ``Raw`` embeds already-serialised JSON text into a larger document. The writer
+refuses NaN and Infinity (``ValueError``): they are not JSON.
+
+``to_python`` gives the values checks read: integers as ``int``, every other number as an exact
+``exactnumber.ExactDecimal``, never a float. ``ExactEncoder``/``ExactDecoder`` keep a Django
+``JSONField`` exact the same way (its numbers come back as Decimals and are written as their exact text).
 
 ``loads`` refuses what the limits forbid (nesting deeper than ``limits.MAX_JSON_DEPTH``, a number
 literal longer than ``limits.MAX_NUMBER_CHARS``) with ``JSONLimitError``, a ``ValueError``, so
@@ -12,12 +17,14 @@ never converts a literal longer than the limit (``NumberTooLong``), and nothing 
 deeper than a bounded number of levels.
 """
 
+import decimal
 import json
+import math
 import re
 from itertools import accumulate
 from typing import Any
 
-from core import limits
+from core import exactnumber, limits
 
 # What loads accepts is at most MAX_JSON_DEPTH deep; writers add a few wrapping levels
 # (receipts, fingerprints), so they allow twice that and refuse anything deeper.
@@ -105,10 +112,11 @@ def loads(text: str | bytes) -> Any:
     )
 
 
-def dumps(value: Any) -> str:
-    """Compact JSON text; ``Number`` and ``Raw`` are written verbatim."""
+def dumps(value: Any, *, sort_keys: bool = False, indent: int | None = None) -> str:
+    """Compact JSON text, or with ``indent`` one member per line (for people); ``Number`` and ``Raw`` are
+    written verbatim, a Decimal as its exact text. NaN and Infinity are refused with ``ValueError``."""
     parts: list[str] = []
-    _write(value, parts, 0)
+    _write(value, parts, 0, sort_keys, " " * indent if indent else "")
     return "".join(parts)
 
 
@@ -118,7 +126,7 @@ def _deeper(depth: int) -> int:
     return depth + 1
 
 
-def _write(value: Any, out: list[str], depth: int) -> None:
+def _write(value: Any, out: list[str], depth: int, sort_keys: bool, indent: str) -> None:
     if isinstance(value, Number):
         out.append(str.__str__(value))
     elif isinstance(value, Raw):
@@ -133,53 +141,40 @@ def _write(value: Any, out: list[str], depth: int) -> None:
         out.append("false")
     elif isinstance(value, int):
         out.append(str(value))
-    elif isinstance(value, float):
-        out.append(json.dumps(value))
-    elif isinstance(value, dict):
+    elif isinstance(value, (float, decimal.Decimal)):
+        # NaN and Infinity have no JSON text.
+        if not (value.is_finite() if isinstance(value, decimal.Decimal) else math.isfinite(value)):
+            raise ValueError(f"{value} is not JSON")
+        out.append(str(value))
+    elif isinstance(value, (dict, list, tuple)):
         depth = _deeper(depth)
-        out.append("{")
-        for index, (key, item) in enumerate(value.items()):
-            if index:
-                out.append(",")
-            out.append(json.dumps(str(key), ensure_ascii=False))
-            out.append(":")
-            _write(item, out, depth)
-        out.append("}")
-    elif isinstance(value, (list, tuple)):
-        depth = _deeper(depth)
-        out.append("[")
-        for index, item in enumerate(value):
-            if index:
-                out.append(",")
-            _write(item, out, depth)
-        out.append("]")
+        if isinstance(value, dict):
+            brackets, colon = "{}", ": " if indent else ":"
+            members = [
+                (json.dumps(str(key), ensure_ascii=False) + colon, value[key])
+                for key in (sorted(value) if sort_keys else value)
+            ]
+        else:
+            brackets, members = "[]", [("", item) for item in value]
+        out.append(brackets[0])
+        for index, (label, item) in enumerate(members):
+            out.append(("," if index else "") + ("\n" + indent * depth if indent else "") + label)
+            _write(item, out, depth, sort_keys, indent)
+        if indent and members:
+            out.append("\n" + indent * (depth - 1))
+        out.append(brackets[1])
     else:
         raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
 def canonical(value: Any) -> str:
     """Sorted-key compact text, for fingerprints and digests."""
-    return _canonical(value, 0)
-
-
-def _canonical(value: Any, depth: int) -> str:
-    if isinstance(value, dict):
-        depth = _deeper(depth)
-        return (
-            "{"
-            + ",".join(
-                json.dumps(str(k), ensure_ascii=False) + ":" + _canonical(value[k], depth) for k in sorted(value)
-            )
-            + "}"
-        )
-    if isinstance(value, (list, tuple)):
-        depth = _deeper(depth)
-        return "[" + ",".join(_canonical(v, depth) for v in value) + "]"
-    return dumps(value)
+    return dumps(value, sort_keys=True)
 
 
 def to_python(value: Any) -> Any:
-    """Plain Python values (int/float) for validation, e.g. by jsonschema.
+    """Plain Python values for validation, e.g. by jsonschema: an integer literal as ``int``, any other number (a
+    Python float too, as the text it is written as) as an exact ``ExactDecimal``: ``19.99`` stays 19.99, never a float.
 
     A literal longer than ``limits.MAX_NUMBER_CHARS`` raises ``NumberTooLong`` (a ``ValueError``):
     converting unbounded text is refused rather than attempted.
@@ -193,8 +188,12 @@ def _to_python(value: Any, depth: int) -> Any:
         if len(text) > limits.MAX_NUMBER_CHARS:
             raise NumberTooLong(f"a number literal is longer than {limits.MAX_NUMBER_CHARS} characters")
         if any(c in text for c in ".eE"):
-            return float(text)
+            return exactnumber.decimal_of(text)
         return int(text)
+    if isinstance(value, (float, decimal.Decimal)):
+        # From Python code (a test, a demo, a stored spec): NaN and Infinity have no JSON text, so they raise
+        # ValueError.
+        return exactnumber.decimal_of(str(value))
     if isinstance(value, dict):
         depth = _deeper(depth)
         return {k: _to_python(v, depth) for k, v in value.items()}
@@ -202,3 +201,17 @@ def _to_python(value: Any, depth: int) -> Any:
         depth = _deeper(depth)
         return [_to_python(v, depth) for v in value]
     return value
+
+
+class ExactEncoder(json.JSONEncoder):
+    """A Django ``JSONField`` encoder that writes with ``dumps``: Decimals as their exact text, NaN refused."""
+
+    def encode(self, o: Any) -> str:
+        return dumps(o)
+
+
+class ExactDecoder(json.JSONDecoder):
+    """A Django ``JSONField`` decoder that reads a number with a fraction or an exponent as an exact Decimal."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**{**options, "parse_float": exactnumber.decimal_of})

@@ -5,8 +5,9 @@ the rows it changes already locked in the order of ``history.locking`` unless it
 
 - quota: ``quota_of``, ``quota_of_task`` (locked at first use), ``permit_take``, ``permit_release``
 - activation: ``task_create``, ``poll_round_start``, ``wait_create``, ``step_activate``,
-  ``correlation_key_of``, ``wait_supersede``, ``activation_retry`` (the operator's re-runs) and
-  ``activation_superseded_state``
+  ``correlation_key_of``, ``wait_supersede``, ``activation_retry`` (the operator's re-runs),
+  ``activation_superseded_state`` and ``wait_supersede_foreseen`` (what a new wait generation
+  would take, for previews)
 - budget: ``attempt_budget``, ``attempts_left``, ``link_max_attempts``, ``predecessor_left_exactly``, ``Budget``,
   ``task_step_budget``
 - advance: ``continuation_create`` (the runner then advances), ``instance_advance``,

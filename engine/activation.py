@@ -12,14 +12,18 @@ from core.ids import new_id
 from engine.budget import attempt_budget
 from engine.commands import is_text
 from engine.quota import Quota
+from engine.signals import wait_take_buffered, wait_take_foreseen
 from engine.state import touch
 from history.locking import LockSet
 from history.models import (
     Activation,
     ActivationState,
     Application,
+    Disposition,
+    Gate,
     PollRound,
     Queue,
+    Signal,
     Step,
     StepKind,
     StepState,
@@ -151,22 +155,27 @@ def poll_round_start(
 def wait_create(
     *,
     instance: WorkflowInstance,
+    gate: Gate,
     step: Step,
     activation: Activation,
     kind: WaitKind,
     signal_spec: dict | None,
+    step_spec: dict,
     deadline_at: dt.datetime,
-    fire_at: dt.datetime | None = None,
-    generation: int = 1,
+    fire_at: dt.datetime | None,
+    now: dt.datetime,
 ) -> Wait:
-    """A WAITING wait for an activation (SIGNAL, TIMER or a POLL's final signal); sets activation.wait."""
-    now = clock.now()
+    """A WAITING wait for an activation (SIGNAL, TIMER or a POLL's final signal); sets activation.wait.
+
+    The step must already be WAITING on ``activation``: a signal wait takes the signal buffered for
+    its step at once (``wait_take_buffered``), which may end the step or send it to review. The
+    caller saves the activation.
+    """
     wait = Wait.objects.create(
         instance=instance,
         step=step,
         activation=activation,
         kind=kind,
-        generation=generation,
         signal_name=signal_spec["name"] if signal_spec else "",
         payload_version=signal_spec["payload_version"] if signal_spec else "",
         correlation_key=correlation_key_of(instance=instance, source=signal_spec["correlation"]) if signal_spec else "",
@@ -176,15 +185,21 @@ def wait_create(
         updated_at=now,
     )
     activation.wait = wait
+    wait_take_buffered(
+        instance=instance, gate=gate, step=step, activation=activation, wait=wait, step_spec=step_spec, now=now
+    )
     return wait
 
 
-def step_activate(*, locks: LockSet, quota: Quota, instance: WorkflowInstance, step: Step, spec: dict) -> bool:
+def step_activate(
+    *, locks: LockSet, quota: Quota, instance: WorkflowInstance, gate: Gate, step: Step, spec: dict
+) -> bool:
     """Activation 1 of a PENDING step (the step must be locked); False, with nothing written, when the quota is full.
 
     TASK: an ACTIVE activation and its QUEUED task (deadline now + deadline_seconds, latest start,
     exact instance input, business and concurrency key). POLL: the frozen limits and round 1.
-    SIGNAL / TIMER: a WAITING activation with its wait.
+    SIGNAL / TIMER: a WAITING activation with its wait; a SIGNAL step whose signal came early takes it
+    at once and may end SUCCEEDED (or in review) before this returns.
     """
     now = clock.now()
     activation = Activation(
@@ -227,30 +242,26 @@ def step_activate(*, locks: LockSet, quota: Quota, instance: WorkflowInstance, s
         step.state = StepState.ACTIVE
     else:
         activation.state = ActivationState.WAITING
-        activation.save()
-        if kind == StepKind.SIGNAL:
-            wait_create(
-                instance=instance,
-                step=step,
-                activation=activation,
-                kind=WaitKind.SIGNAL,
-                signal_spec=spec,
-                deadline_at=now + dt.timedelta(seconds=spec["deadline_seconds"]),
-            )
-        else:
-            wait_create(
-                instance=instance,
-                step=step,
-                activation=activation,
-                kind=WaitKind.TIMER,
-                signal_spec=None,
-                fire_at=now + dt.timedelta(seconds=spec["duration_seconds"]),
-                deadline_at=now + dt.timedelta(seconds=spec["deadline_seconds"]),
-            )
         step.state = StepState.WAITING
     activation.save()
     step.current_activation = activation
     step.activation_count = activation.sequence
+    if kind in (StepKind.SIGNAL, StepKind.TIMER):
+        # Once the step names its activation: the wait may take a buffered signal and end the step (saving it).
+        timer = kind == StepKind.TIMER
+        wait_create(
+            instance=instance,
+            gate=gate,
+            step=step,
+            activation=activation,
+            kind=WaitKind(kind),
+            signal_spec=None if timer else spec,
+            step_spec=spec,
+            deadline_at=now + dt.timedelta(seconds=spec["deadline_seconds"]),
+            fire_at=now + dt.timedelta(seconds=spec["duration_seconds"]) if timer else None,
+            now=now,
+        )
+        activation.save()
     touch(step, now)
     return True
 
@@ -258,15 +269,19 @@ def step_activate(*, locks: LockSet, quota: Quota, instance: WorkflowInstance, s
 def wait_supersede(
     *,
     instance: WorkflowInstance,
+    gate: Gate,
     step: Step,
     activation: Activation,
     wait: Wait,
+    step_spec: dict,
     now: dt.datetime,
-) -> tuple[Activation, Wait]:
+) -> tuple[Activation, Wait, Signal | None]:
     """Activation sequence+1 WAITING on wait generation+1 with the same contract, correlation key, deadline and
     fire_at (a deadline is never extended); the old activation and wait become SUPERSEDED, the old wait keeping
     its winner, and the step WAITING on the new activation, which keeps the POLL fields and classification
-    (a POLL step's final signal).
+    (a POLL step's final signal). The new generation takes the oldest signal buffered for the step at once
+    (``wait_take_buffered``): the step may end SUCCEEDED, or in review when the signal breaks the contract.
+    Returns the new activation and wait and the signal taken, if any.
 
     Step, activation and wait must be locked; the caller bumps the instance.
     """
@@ -305,7 +320,23 @@ def wait_supersede(
     touch(wait, now, state=WaitState.SUPERSEDED)
     touch(activation, now, state=ActivationState.SUPERSEDED)
     touch(step, now, state=StepState.WAITING, current_activation=following, activation_count=following.sequence)
-    return following, new_wait
+    taken = wait_take_buffered(
+        instance=instance, gate=gate, step=step, activation=following, wait=new_wait, step_spec=step_spec, now=now
+    )
+    return following, new_wait, taken
+
+
+def wait_supersede_foreseen(
+    *, step: Step, activation: Activation, wait: Wait, step_spec: dict, now: dt.datetime
+) -> tuple[Signal, Disposition] | None:
+    """The signal the generation ``wait_supersede`` would open now takes at once, and its disposition (APPLIED:
+    the step succeeds; CONTRACT_VIOLATION: the new wait goes to review); None when it would wait. Writes nothing.
+
+    The new generation matches as the old wait does (same instance, contract, correlation key and deadline)
+    under the next activation sequence.
+    """
+    following = Activation(step=step, instance_id=activation.instance_id, sequence=activation.sequence + 1)
+    return wait_take_foreseen(wait=wait, activation=following, step=step, step_spec=step_spec, now=now)
 
 
 # The ends a re-run leaves on the old activation; any other state becomes SUPERSEDED.

@@ -42,18 +42,26 @@ def instance_advance(
 ) -> bool:
     """Activate every PENDING step whose ``after`` steps all SUCCEEDED; finish the instance when all did.
 
-    Only a RUNNING instance advances (none while NEEDS_REVIEW or stopping). Returns False when
-    a ready step could not start because its quota is full (it stays PENDING: the caller keeps
-    its continuation pending and retries). Steps must be locked; the caller bumps the instance.
+    Only a RUNNING instance advances (none while NEEDS_REVIEW or stopping). A SIGNAL step that takes
+    a buffered signal as it activates succeeds at once, so the steps after it are activated in the
+    same call; one whose signal breaks the contract puts the instance in review, and nothing more
+    starts. Returns False when a ready step could not start because its quota is full (it stays
+    PENDING: the caller keeps its continuation pending and retries). Steps must be locked; the caller
+    bumps the instance.
     """
+    complete, started = True, True
+    while started and instance.state == InstanceState.RUNNING:
+        started = False
+        for spec in definition.spec["steps"]:
+            step = steps[spec["key"]]
+            after_done = all(steps[k].state == StepState.SUCCEEDED for k in spec["after"])
+            if step.state != StepState.PENDING or not after_done or instance.state != InstanceState.RUNNING:
+                continue
+            if not step_activate(locks=locks, quota=quota, instance=instance, gate=gate, step=step, spec=spec):
+                complete = False
+            started = started or step.state == StepState.SUCCEEDED
     if instance.state != InstanceState.RUNNING:
-        return True
-    complete = True
-    for spec in definition.spec["steps"]:
-        step = steps[spec["key"]]
-        ready = step.state == StepState.PENDING and all(steps[k].state == StepState.SUCCEEDED for k in spec["after"])
-        if ready and not step_activate(locks=locks, quota=quota, instance=instance, step=step, spec=spec):
-            complete = False
+        return complete
     if all(steps[spec["key"]].state == StepState.SUCCEEDED for spec in definition.spec["steps"]):
         now = clock.now()
         instance.state = InstanceState.SUCCEEDED

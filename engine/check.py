@@ -1,4 +1,4 @@
-"""The invariant checker behind ``weave_check``: broken relations, quota drift, revision order.
+"""The invariant checker behind ``weave_check``: broken relations, quota drift, revision order, hung waits.
 
 Reads only. Ids are random, so a join that follows them in a table's own order reads a page of
 the other table per row once that table outgrows the buffer pool. Each check therefore lets SQL
@@ -18,6 +18,8 @@ from django.db import connection
 from django.db.models import Case, Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, Subquery, Sum, When
 from django.db.models.functions import Coalesce
 
+from core import clock
+from engine.signals import wait_winner
 from history.models import (
     TERMINAL_TASK_STATES,
     Activation,
@@ -36,12 +38,15 @@ from history.models import (
     ResultEvent,
     ResultKind,
     Signal,
+    SignalState,
     Step,
     StepKind,
     StepState,
     Task,
     TaskState,
     Wait,
+    WaitKind,
+    WaitState,
     WorkflowDefinition,
     WorkflowInstance,
 )
@@ -363,6 +368,47 @@ def _waits() -> Iterator[Violation]:
                 )
 
 
+def _untaken_signals() -> Iterator[Violation]:
+    """No WAITING signal wait leaves behind a signal it would take now (``wait_winner``): a PENDING, unexpired
+    signal of its step whose inbox record was consumed (buffered) and that matches it. The engine takes such
+    a signal in the transaction that creates the wait or consumes the record; one left behind is an instance
+    that hangs until the wait's deadline."""
+    now = clock.now()
+    buffered = Signal.objects.filter(
+        workflow_id=OuterRef("instance_id"),
+        target_step_key=OuterRef("step__key"),
+        state=SignalState.PENDING,
+        name=OuterRef("signal_name"),
+        payload_version=OuterRef("payload_version"),
+        correlation_key=OuterRef("correlation_key"),
+        accepted_at__lte=OuterRef("deadline_at"),
+        expires_at__gt=now,
+    ).filter(
+        Exists(
+            InboxRecord.objects.filter(
+                source_kind=InboxSource.SIGNAL, source_id=OuterRef("id"), state=InboxState.CONSUMED
+            )
+        )
+    )
+    suspects = Wait.objects.filter(state=WaitState.WAITING, kind__in=(WaitKind.SIGNAL, WaitKind.POLL_FINAL_SIGNAL))
+    for batch in _batches(suspects.filter(Exists(buffered)), "id"):
+        waits = Wait.objects.in_bulk([row[0] for row in batch])
+        activations = Activation.objects.in_bulk({w.activation_id for w in waits.values()})
+        steps = Step.objects.in_bulk({w.step_id for w in waits.values()})
+        untaken = {}
+        for wait_id, wait in sorted(waits.items()):
+            activation, step = activations.get(wait.activation_id), steps.get(wait.step_id)
+            winner = wait_winner(wait=wait, activation=activation, step=step, now=now) if activation and step else None
+            if winner is not None:
+                untaken[wait_id] = winner.id
+        # Read again after the signals: a wait still WAITING was WAITING when they were read (none returns to it).
+        still = set(Wait.objects.filter(pk__in=untaken, state=WaitState.WAITING).values_list("id", flat=True))
+        for wait_id, signal_id in untaken.items():
+            if wait_id in still:
+                message = "WAITING wait left a buffered signal it matches untaken: its instance hangs"
+                yield Violation("wait_signal_untaken", message, (wait_id, signal_id))
+
+
 def _retry_chain() -> Iterator[Violation]:
     retried = Task.objects.exclude(retry_of_id=None).values("retry_of_id")
     for task_id, count in retried.annotate(n=Count("id")).filter(n__gt=1).values_list("retry_of_id", "n").iterator():
@@ -620,6 +666,7 @@ CHECKS = (
     _late_evidence,
     _current_is_latest,
     _waits,
+    _untaken_signals,
     _retry_chain,
     _quota,
     _attempts,

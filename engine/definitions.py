@@ -13,14 +13,23 @@ Every error names the offending field (``steps[2].after[0]``). The stored ``spec
 normalised document: every step with its key, kind, after and all kind-specific fields with
 their defaults filled in, and ``contract`` (the result contract, a JSON Schema; ``{}`` allows
 any result). ``queues`` is the sorted list of queue names the steps reference.
+
+Contracts judge numbers exactly: the value and the contract's own numbers are ints and Decimals
+(``exactjson.to_python``; the stored spec keeps Decimals too), ``multipleOf`` is exact arithmetic
+(``exactnumber.is_multiple``) and ``1.0`` is an integer wherever the contract's draft says so. Every
+check of a contract (a TASK result, a signal payload, an operator's ResolveStep or ReviewTask, their
+previews) goes through ``contract_violation``, with each contract's validator built once.
 """
 
+import decimal
+import functools
 from typing import Any
 
+import attrs
 import jsonschema
 from django.db import IntegrityError, transaction
 
-from core import exactjson
+from core import exactjson, exactnumber
 from core.errors import AlreadyExists, InvalidArgument
 from core.ids import ROOT_STEP_KEY, is_step_key
 from history.models import Application, Queue, StepKind, WorkflowDefinition
@@ -107,15 +116,69 @@ def _correlation(doc: dict, path: str) -> str:
     raise _fail(f"{path}.correlation", "must be 'business_key' or 'input.<field>'")
 
 
+def _multiple_of(validator, divisor, instance, schema):
+    if validator.is_type(instance, "number") and not exactnumber.is_multiple(instance, divisor):
+        yield jsonschema.ValidationError(f"{instance!r} is not a multiple of {divisor!r}")
+
+
+def _evolve(self, **changes):
+    """jsonschema's own ``evolve`` (the validator of a subschema), except that a subschema naming its draft in
+    ``$schema`` (as each part of the 2019-09 and 2020-12 meta-schemas does) gets that draft's exact validator,
+    not the stock one: numbers stay exact all the way down."""
+    schema = changes.setdefault("schema", self.schema)
+    named = jsonschema.validators.validator_for(schema, default=None)
+    for field in attrs.fields(type(self)):
+        if field.init and field.alias not in changes:
+            changes[field.alias] = getattr(self, field.name)
+    return (type(self) if named is None else _exact_draft(named))(**changes)
+
+
+@functools.cache
+def _exact_draft(draft: type) -> type:
+    """``draft``'s validator judging numbers exactly: ``multipleOf`` (draft 3: ``divisibleBy``) by exact arithmetic,
+    and an integral Decimal counted as an integer wherever the draft counts ``1.0`` as one (draft 6 on)."""
+    keywords = {name: _multiple_of for name in ("multipleOf", "divisibleBy") if name in draft.VALIDATORS}
+    types = draft.TYPE_CHECKER
+    if types.is_type(1.0, "integer"):
+        types = types.redefine(
+            "integer",
+            lambda _, instance: (
+                exactnumber.is_integral(instance)
+                if isinstance(instance, decimal.Decimal)
+                else draft.TYPE_CHECKER.is_type(instance, "integer")
+            ),
+        )
+    exact = jsonschema.validators.extend(draft, validators=keywords, type_checker=types)
+    exact.evolve = _evolve
+    return exact
+
+
+def _exact_validator_class(schema: dict) -> type:
+    return _exact_draft(jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator))
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(schema_text: str):
+    schema = exactjson.to_python(exactjson.loads(schema_text))
+    return _exact_validator_class(schema)(schema)
+
+
+def contract_validator(*, schema: dict):
+    """The exact validator of a result contract, built once per contract (keyed by its exact text)."""
+    return _compiled(exactjson.dumps(schema))
+
+
 def _contract(doc: dict, path: str) -> dict:
     schema = doc.get("contract", {})
     field = f"{path}.contract"
     if not isinstance(schema, dict):
         raise _fail(field, "must be a JSON Schema object")
-    try:
-        jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise _fail(field, f"is not a valid JSON Schema: {exc.message}") from None
+    draft = _exact_validator_class(schema)
+    # The draft's own meta-schema, read with exact numbers (``"minItems": 2.0`` is an integer from draft 6 on).
+    meta = _exact_draft(jsonschema.validators.validator_for(draft.META_SCHEMA, default=draft))
+    error = next(meta(draft.META_SCHEMA, format_checker=meta.FORMAT_CHECKER).iter_errors(schema), None)
+    if error is not None:
+        raise _fail(field, f"is not a valid JSON Schema: {error.message}")
     return schema
 
 
@@ -324,6 +387,7 @@ def definition_create(*, namespace_id: str, document: Any) -> WorkflowDefinition
 def contract_violation(*, step_spec: dict, value_text: str) -> str | None:
     """Why ``value_text`` (exact JSON) breaks the step's result contract, or None when it satisfies it.
 
+    Numbers are judged exactly (``19.99`` is a multiple of ``0.01``; ``0.30000000000000001`` is not).
     A value beyond the JSON limits (``exactjson.JSONLimitError``: a number literal too long to
     convert, nesting too deep) cannot be checked, so it breaks the contract.
     """
@@ -334,8 +398,7 @@ def contract_violation(*, step_spec: dict, value_text: str) -> str | None:
         value = exactjson.to_python(exactjson.loads(value_text))
     except exactjson.JSONLimitError as exc:
         return f"the value cannot be checked: {exc}"
-    validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    error = jsonschema.exceptions.best_match(contract_validator(schema=schema).iter_errors(value))
     return None if error is None else error.message[:500]
 
 

@@ -27,7 +27,7 @@ LEASE = 30
 START_OFFSET = dt.timedelta(hours=-6)
 MAPPING = {"field": "status", "values": {"done": "SUCCEEDED", "pending": "PENDING", "failed": "FAILED"}}
 
-# Each scenario's state when the demo ends (README and tests hold it to this).
+# Each scenario's state when the demo ends (docs/getting-started.md and the tests hold it to this).
 SCENARIOS = {
     "task_unknown": "lease expired: task NEEDS_REVIEW (permit held, attempt UNKNOWN), step and instance NEEDS_REVIEW",
     "task_failed_budget_left": "TASK failed on attempt 1 of 3: task, activation and step FAILED, instance NEEDS_REVIEW",

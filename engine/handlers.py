@@ -77,7 +77,8 @@ def demo_poll_pending(context: TaskContext) -> HandlerResult:
     """A POLL query: answers ``{"status": "pending"}`` for the first ``pending_rounds`` rounds, then done."""
     pending_rounds = 0
     if isinstance(context.input, dict):
-        pending_rounds = int(exactjson.to_python(context.input.get("pending_rounds", 0)))
+        # Compared exactly, never converted: int() of a literal such as 1e999999999 would build a huge number.
+        pending_rounds = exactjson.to_python(context.input.get("pending_rounds", 0))
     if (context.round or 1) <= pending_rounds:
         return HandlerResult("SUCCEEDED", {"status": "pending", "round": context.round})
     return HandlerResult("SUCCEEDED", {"status": "done", "round": context.round})

@@ -307,13 +307,18 @@ def _apply_poll_answer(
         activation.output = event.result
         activation.state = ActivationState.WAITING
         step.state = StepState.WAITING
+        # A final signal that came before the answer is taken here; the record's advance follows it.
         wait_create(
             instance=graph.instance,
+            gate=graph.gate,
             step=step,
             activation=activation,
             kind=WaitKind.POLL_FINAL_SIGNAL,
             signal_spec=final,
+            step_spec=spec,
             deadline_at=now + dt.timedelta(seconds=final["deadline_seconds"]),
+            fire_at=None,
+            now=now,
         )
     elif classification == "FAILED":
         reason = f"poll step {step.key} classified its answer FAILED"
@@ -372,7 +377,7 @@ def _apply_signal(
         return Disposition.REJECTED
     if wait is None or wait.state != WaitState.WAITING or wait.kind == WaitKind.TIMER:
         return Disposition.BUFFERED
-    winner = wait_winner(wait=wait, activation=activation, step=step, consuming=signal)
+    winner = wait_winner(wait=wait, activation=activation, step=step, now=now, consuming=signal)
     if winner is None:
         return Disposition.BUFFERED
     disposition = wait_satisfy(

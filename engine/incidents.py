@@ -166,6 +166,21 @@ def _enter_review(locks: LockSet, instance: WorkflowInstance, reason: str, now) 
         touch(instance, now)
 
 
+def incidents_open() -> QuerySet:
+    """The open incidents, the most recently seen first."""
+    return Incident.objects.filter(resolved_at__isnull=True).order_by("-last_seen_at")
+
+
+def incident_line(incident: Incident) -> str:
+    """One incident as the commands print it: id, duty, item, instance, error class, count and last seen; never
+    the message, which may quote client data."""
+    return (
+        f"{incident.id} {incident.duty} {incident.item_kind} {incident.item_id}"
+        f" instance={incident.instance_id or '-'} {incident.error_class} count={incident.count}"
+        f" last_seen={incident.last_seen_at.isoformat()}"
+    )
+
+
 def incidents_resolve(*, ids: list[str]) -> int:
     """Close open incidents (after their cause was fixed): their duties try the items again on the next pass.
 

@@ -21,16 +21,22 @@ def result_event_publish(
     kind: ResultKind,
     outcome: str = "",
     result: str | None = None,
-    late_attempt: Attempt | None = None,
 ) -> ResultEvent:
     """Append an event to ``task``'s result stream and its inbox record, in the caller's transaction.
 
     The result-stream lock is the last lock of the transaction; the task row must already be
-    locked and carry its new revision. With ``late_attempt`` the event is late evidence of that
-    attempt: its record is written already CONSUMED and LATE_RECORDED, so the consumer never
-    applies it and nothing (not even a revision) changes because of it.
+    locked and carry its new revision.
     """
-    seq = locks.lock_result_stream(task.id)
+    return _appended(task=task, seq=locks.lock_result_stream(task.id), kind=kind, outcome=outcome, result=result)
+
+
+def _appended(
+    *, task: Task, seq: int, kind: ResultKind, outcome: str, result: str | None, late_attempt: Attempt | None = None
+) -> ResultEvent:
+    """Event ``seq`` of ``task``'s locked stream and its inbox record. With ``late_attempt`` the event is
+    late evidence of that attempt: its record is written already CONSUMED and LATE_RECORDED, so the
+    consumer never applies it and nothing (not even a revision) changes because of it.
+    """
     now = clock.now()
     event = ResultEvent.objects.create(
         task=task,
@@ -62,10 +68,13 @@ def late_result_record(*, locks: LockSet, task: Task, attempt: Attempt, outcome:
 
     The task row must be locked: under that lock a second report of the same attempt finds the
     first event and writes nothing, so a worker resending its completion gets the same answer.
+    On a cluster that lock is its node's own: the first report is looked for after the stream's
+    position is read, so a report committed on another node is either seen here, or this one's
+    (task, seq) is taken by it or by an event it saw: a unique key they collide on, at commit or
+    at the insert.
     """
+    seq = locks.lock_result_stream(task.id)
     first = ResultEvent.objects.filter(task_id=task.id, attempt_id=attempt.id, late=True).first()
     if first is not None:
         return first
-    return result_event_publish(
-        locks=locks, task=task, kind=ResultKind.RESULT, outcome=outcome, result=result, late_attempt=attempt
-    )
+    return _appended(task=task, seq=seq, kind=ResultKind.RESULT, outcome=outcome, result=result, late_attempt=attempt)

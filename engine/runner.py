@@ -24,7 +24,6 @@ from engine.incidents import Item, error_class_of, isolated, open_item_ids
 from engine.poll import poll_deadline_passed
 from engine.quota import quota_of_task
 from engine.results import result_event_publish
-from engine.signals import buffered_waits, wait_satisfy, wait_winner
 from engine.state import gate_sync, step_enter_review, touch
 from engine.stop import instance_stop_settle
 from engine.worker import task_lease_expire
@@ -218,33 +217,6 @@ def pass_wait_deadlines() -> int:
     return _each("wait_deadlines", "wait", rows, lambda w, i: atomic_with_retry(lambda: _with_wait(i, w, _expire_wait)))
 
 
-def _match_buffered(instance, gate, step, activation, wait, spec, now) -> bool:
-    winner = wait_winner(wait=wait, activation=activation, step=step)
-    if winner is None:
-        return False
-    wait_satisfy(
-        instance=instance,
-        gate=gate,
-        step=step,
-        activation=activation,
-        wait=wait,
-        signal=winner,
-        step_spec=spec,
-        now=now,
-    )
-    if step.state == StepState.SUCCEEDED:
-        continuation_create(instance=instance, step_key=step.key, kind="STEP")
-    return True
-
-
-def pass_buffered_signals() -> int:
-    """A WAITING signal wait takes the oldest matching buffered signal of its step (e.g. a new generation)."""
-    rows = [(w, i) for i, w in buffered_waits(skip=open_item_ids("buffered_signals"))]
-    return _each(
-        "buffered_signals", "wait", rows, lambda w, i: atomic_with_retry(lambda: _with_wait(i, w, _match_buffered))
-    )
-
-
 def _expire_signal(instance_id: str, signal_id: str) -> bool:
     locks = LockSet()
     instance = locks.lock_one(Level.INSTANCE, instance_id, skip_locked=True)
@@ -410,7 +382,6 @@ PASSES: dict[str, Callable[[], int]] = {
     "signal_expiry": pass_signal_expiry,
     "proposal_expiry": pass_proposal_expiry,
     "inbox": pass_inbox,
-    "buffered_signals": pass_buffered_signals,
     "poll_rounds": pass_poll_rounds,
     "continuations": pass_continuations,
     "stop_settlement": pass_stop_settlement,

@@ -33,6 +33,7 @@ from history.models import (
     StepKind,
     StepState,
     Wait,
+    WaitKind,
     WaitState,
     WorkflowDefinition,
     WorkflowInstance,
@@ -88,7 +89,8 @@ def signal_accept(
     and its inbox record, in one transaction; idempotent per Idempotency-Key.
 
     The target step must be a SIGNAL step or a POLL step with a final signal of the fixed
-    definition (400, nothing stored). Matching happens when the runner consumes the record.
+    definition (400, nothing stored). Matching happens when the runner consumes the record; a signal
+    buffered then is taken when a wait of its step appears (``wait_take_buffered``).
     """
     identity.require_scope(Scope.WRITE)
     key = idempotency.key_check(idempotency_key)
@@ -180,20 +182,29 @@ def _matches(signal: Signal, wait: Wait, activation: Activation) -> bool:
     )
 
 
-def wait_winner(*, wait: Wait, activation: Activation, step: Step, consuming: Signal | None = None) -> Signal | None:
-    """The oldest (accepted_at, id) PENDING signal of the step that matches the wait.
+def wait_winner(
+    *, wait: Wait, activation: Activation, step: Step, now: dt.datetime, consuming: Signal | None = None
+) -> Signal | None:
+    """The oldest (accepted_at, id) PENDING, unexpired signal of the step that matches the wait.
 
     Candidates are the signal being consumed and signals whose inbox record was already
-    consumed (buffered); a signal whose record is still pending waits for its own turn.
+    consumed (buffered); a signal whose record is still pending waits for its own turn. A signal
+    past its expires_at is never matched (the runner marks it EXPIRED).
     """
     consumed_record = InboxRecord.objects.filter(
         source_kind=InboxSource.SIGNAL, source_id=OuterRef("id"), state=InboxState.CONSUMED
     )
     candidates = Signal.objects.filter(
-        workflow_id=wait.instance_id, target_step_key=step.key, state=SignalState.PENDING
+        workflow_id=wait.instance_id, target_step_key=step.key, state=SignalState.PENDING, expires_at__gt=now
     ).filter(Exists(consumed_record))
-    found = [s for s in candidates.order_by("accepted_at", "id") if _matches(s, wait, activation)]
-    if consuming is not None and consuming.state == SignalState.PENDING and _matches(consuming, wait, activation):
+    # The key again in Python: MariaDB's collations compare text without case.
+    found = [s for s in candidates if s.target_step_key == step.key and _matches(s, wait, activation)]
+    if (
+        consuming is not None
+        and consuming.state == SignalState.PENDING
+        and consuming.expires_at > now
+        and _matches(consuming, wait, activation)
+    ):
         found.append(consuming)
     return min(found, key=lambda s: (s.accepted_at, s.id)) if found else None
 
@@ -248,22 +259,52 @@ def wait_satisfy(
     return disposition
 
 
-def buffered_waits(*, skip=()) -> list[tuple[str, str]]:
-    """(instance id, wait id) of WAITING signal waits that have a buffered PENDING signal of their step.
+def _buffered_winner(wait: Wait, activation: Activation, step: Step, now: dt.datetime) -> Signal | None:
+    return None if wait.kind == WaitKind.TIMER else wait_winner(wait=wait, activation=activation, step=step, now=now)
 
-    ``skip``: wait ids (or a subquery of them) to leave out."""
-    buffered = Signal.objects.filter(
-        workflow_id=OuterRef("instance_id"), target_step_key=OuterRef("step__key"), state=SignalState.PENDING
-    ).filter(
-        Exists(
-            InboxRecord.objects.filter(
-                source_kind=InboxSource.SIGNAL, source_id=OuterRef("id"), state=InboxState.CONSUMED
-            )
+
+def wait_take_buffered(
+    *,
+    instance: WorkflowInstance,
+    gate: Gate,
+    step: Step,
+    activation: Activation,
+    wait: Wait,
+    step_spec: dict,
+    now: dt.datetime,
+) -> Signal | None:
+    """A signal wait that appears takes the oldest matching signal buffered for its step, in its own transaction.
+
+    Every path that creates a WAITING wait calls this (a SIGNAL step's activation, a POLL's final-signal
+    wait, a new wait generation) with the instance locked and the step already WAITING on the wait's
+    activation, so a signal that arrived early or between generations is never left behind. Buffered
+    means PENDING with its inbox record consumed; the rule is ``wait_winner``'s, the effect
+    ``wait_satisfy``'s: the step SUCCEEDED with the payload, or the wait in review when it breaks the
+    contract. Returns the signal taken, or None (the wait stays WAITING; a TIMER takes none). The
+    caller continues the graph after a step that succeeded and bumps the instance.
+    """
+    winner = _buffered_winner(wait, activation, step, now)
+    if winner is not None:
+        wait_satisfy(
+            instance=instance,
+            gate=gate,
+            step=step,
+            activation=activation,
+            wait=wait,
+            signal=winner,
+            step_spec=step_spec,
+            now=now,
         )
-    )
-    return list(
-        Wait.objects.filter(state=WaitState.WAITING, kind__in=("SIGNAL", "POLL_FINAL_SIGNAL"))
-        .filter(Exists(buffered))
-        .exclude(id__in=skip)
-        .values_list("instance_id", "id")[:100]
-    )
+    return winner
+
+
+def wait_take_foreseen(
+    *, wait: Wait, activation: Activation, step: Step, step_spec: dict, now: dt.datetime
+) -> tuple[Signal, Disposition] | None:
+    """What ``wait_take_buffered`` would do for this wait and activation, without writing: the signal it
+    would take and whether it satisfies the wait (APPLIED) or breaks the contract (CONTRACT_VIOLATION)."""
+    winner = _buffered_winner(wait, activation, step, now)
+    if winner is None:
+        return None
+    broken = contract_violation(step_spec=step_spec, value_text=winner.payload) is not None
+    return winner, Disposition.CONTRACT_VIOLATION if broken else Disposition.APPLIED

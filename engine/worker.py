@@ -12,6 +12,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import IntegrityError
 from django.db.models import Exists, OuterRef, Q
 
 from core import clock, fields
@@ -150,7 +151,7 @@ def _claim_many(
     for task_id, instance_id in held:
         gate, task = gates.get(instance_id), tasks.get(task_id)
         if gate is None or not gate.open or task is None or task.queue_id != queue_id or not _is_claimable(task, now):
-            continue
+            continue  # taken meanwhile or held back: nothing is written under this instance, so nothing to certify
         task.attempt_count += 1
         attempt = Attempt.objects.create(
             task=task,
@@ -162,6 +163,7 @@ def _claim_many(
         task.state = TaskState.LEASED
         touch(task, now)
         claims.append(Claim(task=task, attempt=attempt))
+    # A claim's instance is written: it guards the open gate and the QUEUED task the claim decided on.
     for instance_id in dict.fromkeys(claim.task.source_instance_id for claim in claims):
         touch(instances[instance_id], now)
     return claims, [(t, i) for t, i in candidates if i not in instances]
@@ -224,6 +226,8 @@ def task_heartbeat(*, identity: Identity, task_id: str, command: Any) -> Heartbe
         attempt = _reported_attempt(task, attempt_id)
         if attempt.state == AttemptState.UNKNOWN:
             return Heartbeat(attempt=attempt, late=True)
+        # The task stays unwritten: its lock only orders the decisions on this attempt, and each of them (this
+        # beat, the completion, the lease expiry) writes the attempt row, where two nodes' decisions conflict.
         with acting(WORKER, attempt.worker):
             attempt.lease_expires_at = max(attempt.lease_expires_at, clock.now() + dt.timedelta(seconds=lease))
             attempt.save(update_fields=["lease_expires_at"])
@@ -281,7 +285,15 @@ def task_complete(*, identity: Identity, task_id: str, command: Any) -> Completi
                 retryable=retryable,
             )
 
-    completion = atomic_with_retry(complete)
+    try:
+        completion = atomic_with_retry(complete)
+    except IntegrityError:
+        # Late evidence writes no task row: on a cluster, an event another node appended to the stream after this
+        # report read its position (the same report sent there too) can reach this node before the insert, which
+        # then fails as a duplicate (task, seq) instead of a conflict. Taken again, the report sees that event.
+        if not Attempt.objects.filter(pk=attempt_id, state=AttemptState.UNKNOWN).exists():
+            raise
+        completion = atomic_with_retry(complete)
     WORKER_COMPLETIONS.labels("late" if completion.late else outcome).inc()
     return completion
 
@@ -299,6 +311,10 @@ def _attempt_report(
 ) -> Completion:
     """The task attempt's report: late evidence when its lease was lost, else its outcome (requeue or finish)."""
     if attempt.state == AttemptState.UNKNOWN:
+        # The instance and the task stay unwritten: the report decides nothing on them. UNKNOWN is final (a review
+        # only closes its lease), and the evidence only adds rows under unique keys that certification compares:
+        # the task's stream (task, seq) and the timeline (instance, sequence). Their locks order the additions on
+        # one node; across nodes the stream's key does, since the first report is looked for after its position.
         late_result_record(locks=locks, task=task, attempt=attempt, outcome=outcome, result=result)
         return Completion(task=task, late=True)
     now = clock.now()

@@ -98,16 +98,18 @@ def review_acknowledge(*, identity: Identity, instance_id: str, request_id: str 
 def review_assign(*, identity: Identity, instance_id: str, assignee: Any, request_id: str = "") -> dict:
     """Name the operator on the instance's current review (``""`` unassigns); audited as ``workflow.assign``.
 
-    ``assignee`` is the actor id of an operator of the caller's namespace (INVALID_ARGUMENT
-    naming it otherwise). Only an instance in NEEDS_REVIEW; the same assignee again changes
-    nothing and writes no audit.
+    ``assignee`` is an actor id (32 lowercase hex; INVALID_ARGUMENT naming it otherwise) of an
+    operator of the caller's namespace (NOT_FOUND naming it otherwise, once the instance is found
+    in review: who is an operator is a row, not syntax). Only an instance in NEEDS_REVIEW; the
+    same assignee again changes nothing and writes no audit.
     """
     identity.require_scope(*ANNOTATING)
-    assignee = fields.text("assignee", assignee, max_length=32, blank=True)
-    if assignee and not Operator.objects.filter(namespace_id=identity.namespace_id, actor_id=assignee).exists():
-        raise fields.refuse("assignee", 'the actor id of an operator of this namespace, or "" to unassign')
+    if assignee != "":
+        assignee = fields.identifier("assignee", assignee)
 
     def change(attention: ReviewAttention, now) -> bool:
+        if assignee and not Operator.objects.filter(namespace_id=identity.namespace_id, actor_id=assignee).exists():
+            raise NotFound("assignee must be the actor id of an operator of this namespace", field="assignee")
         if attention.assignee == assignee:
             return False
         attention.assignee = assignee

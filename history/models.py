@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import DatabaseError, connections, models, router
 from django.db.models.signals import post_save, pre_save
 
-from core import clock
+from core import clock, exactjson
 from core.ids import new_id
 
 
@@ -264,7 +264,9 @@ class WorkflowDefinition(models.Model):
     namespace = _ref("Namespace", db_index=False)
     name = models.CharField(max_length=128)
     version = models.PositiveIntegerField()
-    spec = models.JSONField()
+    # Contracts judge numbers exactly: a number with a fraction or exponent comes back as a Decimal (never a
+    # float) and is written as its exact text.
+    spec = models.JSONField(encoder=exactjson.ExactEncoder, decoder=exactjson.ExactDecoder)
     # Sorted names of every queue the steps reference; access checks use it.
     queues = models.JSONField(default=list)
     created_at = models.DateTimeField(default=clock.now)

@@ -71,6 +71,13 @@ def proposal_held(*, locks: LockSet, identity: Identity, instance_id: str, propo
     return proposal
 
 
+def proposal_operation(*, namespace_id: str, instance_id: str, proposal_id: str) -> str | None:
+    """The operation a proposal of this instance holds (it never changes, so no lock), for counting its
+    approval; None when there is no such proposal."""
+    rows = Proposal.objects.filter(pk=proposal_id, namespace_id=namespace_id, workflow_id=instance_id)
+    return rows.values_list("operation", flat=True).first()
+
+
 def approver_check(proposal: Proposal, identity: Identity) -> None:
     """Four eyes: whoever proposed may not approve, through any of their credentials or logins."""
     if proposal.proposed_by == identity.actor_id:

@@ -9,7 +9,8 @@ revision bump → workflow audit → receipt → (ReviewTask) the result event, 
 Where an approval policy asks for a second person (``history.proposals``), a command that passes
 every check is stored as a proposal (202) instead of its writes; ``proposal_approve`` later runs the
 stored command through the same frame, with the proposal locked after the key, and its revisions
-decide whether anything moved since (409).
+decide whether anything moved since (409). Both doors count the operation's outcome in one place,
+``operation_counted``.
 
 An operation is a small object with ``check`` (reads and locks, raises in that order, returns
 a plan) and ``apply`` (writes the plan by composing the engine's transitions: it never writes
@@ -147,22 +148,17 @@ class Operation(abc.ABC):
         """``operation_execute`` of this operation, named after it: what the API and the console call."""
 
         def service(*, identity: Identity, instance_id: str, idempotency_key: str, command: dict, request_id: str = ""):
-            try:
-                receipt = operation_execute(
+            return operation_counted(
+                operation=self.name,
+                run=lambda: operation_execute(
                     operation=self,
                     identity=identity,
                     instance_id=instance_id,
                     idempotency_key=idempotency_key,
                     command=command,
                     request_id=request_id,
-                )
-            except WeaveError as error:
-                count(RECOVERY_OPERATIONS, self.name, error.code)
-                raise
-            outcome = "replayed" if receipt.replayed else "proposed" if receipt.status == PROPOSED else "committed"
-            # Counted once the outermost transaction commits: nothing when it is rolled back.
-            transaction.on_commit(lambda: count(RECOVERY_OPERATIONS, self.name, outcome))
-            return receipt
+                ),
+            )
 
         service.__name__ = service.__qualname__ = self.name.replace("-", "_")
         service.__doc__ = self.__doc__
@@ -194,6 +190,20 @@ def plan_preview(ctx: Context, operation: Operation, plan: Plan) -> dict:
         },
         **plan.preview(),
     }
+
+
+def operation_counted(*, operation: str, run: Callable[[], Receipt]) -> Receipt:
+    """Count one command of ``operation``, whichever door it came through (its service or a proposal's
+    approval): a refusal by its code at once; ``committed``, ``proposed`` or ``replayed`` once the outermost
+    transaction commits, so nothing when it is rolled back."""
+    try:
+        receipt = run()
+    except WeaveError as error:
+        count(RECOVERY_OPERATIONS, operation, error.code)
+        raise
+    outcome = "replayed" if receipt.replayed else "proposed" if receipt.status == PROPOSED else "committed"
+    transaction.on_commit(lambda: count(RECOVERY_OPERATIONS, operation, outcome))
+    return receipt
 
 
 def operation_execute(

@@ -12,10 +12,10 @@ from history.events import acting_for
 from history.idempotency import Receipt, receipt_freeze
 from history.locking import Level, LockSet
 from history.models import ProposalState, Scope
-from history.proposals import proposal_close, proposal_held, proposal_snapshot
+from history.proposals import proposal_close, proposal_held, proposal_operation, proposal_snapshot
 from recovery.commands import instance_id_check
 from recovery.operations import OPERATIONS
-from recovery.pipeline import APPROVE, approval_commit, key_held, key_retried
+from recovery.pipeline import APPROVE, approval_commit, key_held, key_retried, operation_counted
 
 REJECT = "proposal.reject"
 # The decision's own words: optional on approval (the proposal carries the reason), required to reject.
@@ -40,18 +40,24 @@ def proposal_approve(
 ) -> Receipt:
     """Run the proposal's stored command as its approver: the operation's receipt, with ``proposal_id``."""
     note, fingerprint = _decision(APPROVE, identity, instance_id, proposal_id, idempotency_key, command)
-    return key_retried(
-        lambda: approval_commit(
-            operations=OPERATIONS,
-            identity=identity,
-            instance_id=instance_id,
-            proposal_id=proposal_id,
-            key=idempotency_key,
-            fingerprint=fingerprint,
-            note=note,
-            request_id=request_id,
+
+    def commit() -> Receipt:
+        return key_retried(
+            lambda: approval_commit(
+                operations=OPERATIONS,
+                identity=identity,
+                instance_id=instance_id,
+                proposal_id=proposal_id,
+                key=idempotency_key,
+                fingerprint=fingerprint,
+                note=note,
+                request_id=request_id,
+            )
         )
-    )
+
+    # Counted as the operation it runs; an approval of no such proposal runs none.
+    operation = proposal_operation(namespace_id=identity.namespace_id, instance_id=instance_id, proposal_id=proposal_id)
+    return commit() if operation is None else operation_counted(operation=operation, run=commit)
 
 
 def proposal_reject(

@@ -10,6 +10,10 @@ echo "== lint"
 ruff check .
 ruff format --check .
 lint-imports
+NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir var/site
+# Every model change has its migration (the test settings make a key for the run; nothing is written).
+WEAVE_DATABASE_URL="sqlite://:memory:" DJANGO_SETTINGS_MODULE=weave_site.settings_test \
+  python manage.py makemigrations --check --dry-run
 
 echo "== tests on SQLite"
 WEAVE_DATABASE_URL="sqlite:///$PWD/var/test.sqlite3" pytest -n 2 "$@"

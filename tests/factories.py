@@ -21,7 +21,7 @@ from history import models
 HOUR = dt.timedelta(hours=1)
 
 
-# Step specs in the format the engine's validator accepts (README "Definitions").
+# Step specs in the format the engine's validator accepts (docs/concepts.md, "Definitions").
 def task_step(key, *, queue="payments", after=(), handler="charge", priority=0, max_attempts=3, deadline=3600):
     return {
         "key": key,

@@ -180,6 +180,8 @@ POLL_STEP = {
     "contract": {"type": "object", "required": ["status"]},
 }
 PENDING_ANSWER = '{"status":"WAITING"}'
+# Amounts in whole cents: 19.99 and 0.07 keep this contract, 0.30000000000000001 breaks it.
+MONEY = exactjson.loads('{"type":"object","properties":{"amount":{"type":"number","multipleOf":0.01}}}')
 INPUT = exactjson.loads('{"order":"A-1","amount":1.10}')
 # Far enough back for every lease and interval a builder waits out, well inside every deadline.
 BUILT_AGO = dt.timedelta(minutes=10)
@@ -515,14 +517,15 @@ def poll_pending_reviewed_state(tenancy, **options) -> State:
     return state
 
 
-def _task_answer_broken(engine, wait) -> WorkflowInstance:
-    instance = _started(engine, [TASK_STEP], 4 * 3600)
-    _answered(engine, "SUCCEEDED", {"paid": "yes"})
+def _task_answer_broken(engine, wait, *, step=TASK_STEP, result='{"paid":"yes"}') -> WorkflowInstance:
+    instance = _started(engine, [step], 4 * 3600)
+    _answered(engine, "SUCCEEDED", exactjson.loads(result))
     return instance
 
 
 def result_contract_violation_state(tenancy, **options) -> State:
-    """The task succeeded with a result that breaks the step's contract: activation and step in review."""
+    """The task of ``step`` succeeded with a ``result`` (exact JSON text) that breaks the step's contract:
+    activation and step in review."""
     return _built(tenancy, _task_answer_broken, **options)
 
 
@@ -599,15 +602,23 @@ def _signalled(engine: Engine, instance: WorkflowInstance, name: str, payload) -
     _passes("inbox")
 
 
-def _signal_violated(engine, wait) -> WorkflowInstance:
-    instance = _started(engine, [SIGNAL_STEP], 4 * 3600)
-    _signalled(engine, instance, SIGNAL_STEP["name"], {"who": 1})
-    _signalled(engine, instance, SIGNAL_STEP["name"], {"by": "carol"})
+def _signalled_later(engine, wait, instance: WorkflowInstance, name: str, later) -> None:
+    """The signals sent while the wait is in review, a second apart (the oldest first): all buffered."""
+    for payload in later:
+        wait(dt.timedelta(seconds=1))
+        _signalled(engine, instance, name, payload)
+
+
+def _signal_violated(engine, wait, *, step=SIGNAL_STEP, later=({"by": "carol"},)) -> WorkflowInstance:
+    instance = _started(engine, [step], 4 * 3600)
+    _signalled(engine, instance, step["name"], {"who": 1})
+    _signalled_later(engine, wait, instance, step["name"], later)
     return instance
 
 
 def signal_contract_violation_state(tenancy, **options) -> State:
-    """A matching signal broke the step's contract; a later one is still PENDING (buffered)."""
+    """A matching signal broke the ``step``'s contract; the signals sent after it (``later``: their payloads,
+    by default one that keeps the contract) are still PENDING, buffered while the wait is in review."""
     return _built(tenancy, _signal_violated, **options)
 
 
@@ -623,15 +634,17 @@ def timer_late_state(tenancy, **options) -> State:
     return _built(tenancy, _timer_late, **options)
 
 
-def _final_signal_violated(engine, wait) -> WorkflowInstance:
+def _final_signal_violated(engine, wait, *, later=()) -> WorkflowInstance:
     instance = _started(engine, [POLL_STEP | {"final_signal": FINAL_SIGNAL}], 4 * 3600)
     _answered(engine, "SUCCEEDED", {"status": "DONE"})
     _signalled(engine, instance, FINAL_SIGNAL["name"], {"settled": True})
+    _signalled_later(engine, wait, instance, FINAL_SIGNAL["name"], later)
     return instance
 
 
 def poll_final_signal_violation_state(tenancy, **options) -> State:
-    """Round 1 classified SUCCEEDED; the final signal that followed broke the contract: in review."""
+    """Round 1 classified SUCCEEDED; the final signal that followed broke the contract: in review. The final
+    signals sent after it (``later``: their payloads) are buffered while the wait is in review."""
     return _built(tenancy, _final_signal_violated, **options)
 
 

@@ -4,6 +4,7 @@ import datetime as dt
 import json
 import os
 import re
+import runpy
 import secrets
 import socket
 import subprocess
@@ -15,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 from axes.models import AccessAttempt
+from django.contrib.auth.models import User
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
@@ -38,6 +41,15 @@ def _run(*command: str, timeout: float = 60, **env: str) -> subprocess.Completed
 
 def _manage(*args: str, **env: str) -> subprocess.CompletedProcess:
     return _run(sys.executable, "manage.py", *args, **env)
+
+
+def _settings_under(monkeypatch, **env: str) -> dict:
+    """The product settings as a process whose environment holds ``env`` and no other Weave variable reads them."""
+    for name in [name for name in os.environ if name.startswith("WEAVE_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return runpy.run_path(str(ROOT / "weave_site" / "settings.py"))
 
 
 PRODUCTION = {"WEAVE_PROFILE": "production", "WEAVE_ALLOWED_HOSTS": "weave.example.com", "WEAVE_SECRET_KEY": STRONG_KEY}
@@ -90,6 +102,81 @@ def test_a_server_the_tests_start_inherits_the_run_key():
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_without_a_key_help_answers_and_every_command_refuses_in_one_line():
+    for args in (("help",), ("--help",), ("--version",)):
+        done = _manage(*args)
+        assert (done.returncode, done.stderr) == (0, ""), args
+    assert "Available subcommands" in _manage("help").stdout
+    for args in (("check",), ("help", "migrate"), ("weave_check",)):
+        done = _manage(*args)
+        assert done.returncode == 1, args
+        [line] = done.stderr.splitlines()
+        assert line.startswith("manage.py: WEAVE_SECRET_KEY is not set: export a random key"), args
+
+
+INTEGERS = {
+    "WEAVE_MAX_BODY_BYTES": "WEAVE_MAX_BODY_BYTES",
+    "WEAVE_MAX_JSON_BYTES": "WEAVE_MAX_JSON_BYTES",
+    "WEAVE_PROPOSAL_TTL_SECONDS": "WEAVE_PROPOSAL_TTL_SECONDS",
+    "WEAVE_LOGIN_FAILURE_LIMIT": "AXES_FAILURE_LIMIT",
+    "WEAVE_LOGIN_COOLOFF_MINUTES": "AXES_COOLOFF_TIME",
+    "WEAVE_HSTS_SECONDS": "SECURE_HSTS_SECONDS",
+}
+
+
+@pytest.mark.parametrize("variable", INTEGERS)
+@pytest.mark.parametrize("bad", ["1MB", "0", "-5", "2.5", "١٢"])
+def test_an_integer_setting_that_is_not_a_positive_whole_number_is_refused_naming_it(monkeypatch, variable, bad):
+    with pytest.raises(ImproperlyConfigured, match=f"^{variable}: {re.escape(repr(bad))} is not a positive whole"):
+        _settings_under(monkeypatch, **PRODUCTION, **{variable: bad})
+
+
+def test_an_integer_setting_is_taken_as_given_and_its_default_when_unset_or_empty(monkeypatch):
+    given = _settings_under(monkeypatch, **PRODUCTION, **dict.fromkeys(INTEGERS, " 7 "))
+    assert [given[name] for name in INTEGERS.values()] == [7, 7, 7, 7, dt.timedelta(minutes=7), 7]
+    defaults = _settings_under(monkeypatch, **PRODUCTION, **dict.fromkeys(INTEGERS, ""))
+    assert defaults["WEAVE_MAX_BODY_BYTES"] == 1024 * 1024 and defaults["AXES_FAILURE_LIMIT"] == 5
+
+
+def test_a_bad_integer_setting_stops_a_command_with_one_line():
+    done = _manage("check", WEAVE_SECRET_KEY=STRONG_KEY, WEAVE_MAX_BODY_BYTES="1MB")
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "manage.py: WEAVE_MAX_BODY_BYTES: '1MB' is not a positive whole number (unset, it is 1048576)"
+    ]
+
+
+def test_after_a_key_rotation_the_old_keys_sessions_and_cursors_hold_while_it_is_a_fallback(
+    monkeypatch, settings, api, tenancy, issue_token
+):
+    old, new = secrets.token_urlsafe(50), secrets.token_urlsafe(50)
+    task_unknown_state(tenancy), task_unknown_state(tenancy)
+    reader = bearer(issue_token(scopes=[Scope.READ]).token)
+    settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = old, []
+    user = User.objects.create_user("olga", password="pw", is_staff=True)
+    kept, dropped = Client(), Client()
+    for browser in (kept, dropped):
+        browser.force_login(user)
+        assert browser.get("/admin/").status_code == 200
+    cursor = api.get("/v1/workflows?limit=1", **reader).json()["data"]["next_cursor"]
+
+    def restart(**env: str) -> None:
+        """The settings a process started with ``env`` and the new key reads."""
+        loaded = _settings_under(monkeypatch, WEAVE_SECRET_KEY=new, **env)
+        settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = loaded["SECRET_KEY"], loaded["SECRET_KEY_FALLBACKS"]
+
+    restart(WEAVE_SECRET_KEY_FALLBACKS=f" {secrets.token_urlsafe(50)}, {old} ")
+    assert (settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS[1]) == (new, old)
+    assert api.get(f"/v1/workflows?limit=1&cursor={cursor}", **reader).status_code == 200
+    assert kept.get("/admin/").status_code == 200
+
+    restart()
+    assert settings.SECRET_KEY_FALLBACKS == []
+    refused = api.get(f"/v1/workflows?limit=1&cursor={cursor}", **reader)
+    assert (refused.status_code, refused.json()["error"]["field"]) == (400, "cursor")
+    assert dropped.get("/admin/")["Location"].startswith("/admin/login/")
 
 
 def test_the_settings_module_holds_no_key():
@@ -240,8 +327,6 @@ LIMIT = 5
 
 @pytest.fixture
 def logins(db, settings):
-    from django.contrib.auth.models import User
-
     assert settings.AXES_FAILURE_LIMIT == LIMIT
     for name in ("alice", "bob", "carol"):
         User.objects.create_user(name, password=f"{name}-right-password", is_staff=True)

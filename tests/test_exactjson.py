@@ -1,4 +1,5 @@
 import json
+from decimal import Decimal
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -103,3 +104,35 @@ def test_writers_refuse_nesting_built_outside_loads_instead_of_recursing():
         value = [value]
     for write in (exactjson.dumps, exactjson.canonical, exactjson.to_python):
         _raises(exactjson.TooDeep, lambda write=write: write(value))
+
+
+def test_the_writer_refuses_nan_and_infinity():
+    for bad in (float("nan"), float("inf"), float("-inf"), *map(Decimal, ("NaN", "sNaN", "Infinity", "-Inf"))):
+        for value in (bad, [1, bad], {"amount": bad}):
+            for write in (exactjson.dumps, exactjson.canonical, exactjson.ExactEncoder().encode, exactjson.to_python):
+                _raises(ValueError, lambda write=write, value=value: write(value))
+    assert exactjson.dumps([0.5, -0.0, 1e16]) == "[0.5,-0.0,1e+16]"
+
+
+def test_checks_read_numbers_exactly_never_as_floats():
+    values = exactjson.to_python(exactjson.loads("[19.99,0.30000000000000001,12345678901234567890123,1e400,-0.0]"))
+    assert values == [Decimal("19.99"), Decimal("0.30000000000000001"), 12345678901234567890123, Decimal("1e400"), 0]
+    assert [type(v).__name__ for v in values] == ["ExactDecimal", "ExactDecimal", "int", "ExactDecimal", "ExactDecimal"]
+    assert exactjson.to_python([0.1, 2.5e-7]) == [Decimal("0.1"), Decimal("2.5e-7")]  # a Python float: its JSON text
+
+
+def test_decimals_are_written_as_their_exact_text_and_read_back_exactly():
+    text = '{"cent":0.01,"money":19.990,"far":1e99999999999999999999,"n":1,"tiny":1.5e-7}'
+    value = exactjson.to_python(exactjson.loads(text))
+    written = exactjson.dumps(value)
+    assert written == '{"cent":0.01,"money":19.990,"far":1E+99999999999999999999,"n":1,"tiny":1.5E-7}'
+    assert json.loads(written, cls=exactjson.ExactDecoder) == value
+    assert exactjson.to_python(exactjson.loads(written)) == value
+
+
+@given(json_values, st.booleans())
+def test_the_sorted_and_indented_layouts_match_the_standard_library(value, sort_keys):
+    expected = json.dumps(value, indent=2, sort_keys=sort_keys, ensure_ascii=False)
+    assert exactjson.dumps(value, sort_keys=sort_keys, indent=2) == expected
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert exactjson.canonical(value) == canonical

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from core import clock
 from core.errors import Aborted
 from engine.demo import demo_run
+from engine.instances import instance_pause
 from engine.runner import runner_pass
 from engine.worker import task_claim
 from history.credentials import identity_of_credential
@@ -21,7 +22,7 @@ from history.metrics import metrics_registry, metrics_text
 from history.models import ApprovalPolicy, InboxRecord, InboxState, InstanceState, Scope, WorkflowInstance
 from recovery.consequences import operation_consequences
 from recovery.operations import OPERATIONS
-from recovery.proposals import proposal_reject
+from recovery.proposals import proposal_approve, proposal_reject
 from tests.recovery import requests as rq
 from tests.states import task_failed_state, task_unknown_state
 
@@ -134,6 +135,47 @@ def test_a_proposal_counts_as_proposed_and_stays_pending_until_decided(
         command={"reason": "not now"},
     )
     assert pending not in _samples(metrics_text(metrics_registry()))
+
+
+def test_an_approved_proposal_counts_as_committed_and_a_stale_approval_as_aborted(
+    tenancy, issue_token, django_capture_on_commit_callbacks
+):
+    """The approval door counts the operation exactly as its own service does."""
+    ApprovalPolicy.objects.create(namespace=tenancy[0], operation="retry-step")
+    proposer = identity_of_credential(issue_token(scopes=[Scope.RECOVER]).credential)
+    approver = identity_of_credential(issue_token(scopes=[Scope.RECOVER], actor_id="b" * 32).credential)
+    control = identity_of_credential(issue_token(scopes=[Scope.CONTROL], actor_id="c" * 32).credential)
+    fresh, moved = task_failed_state(tenancy), task_failed_state(tenancy)
+
+    def propose(state, key: str) -> str:
+        return (
+            OPERATIONS["retry-step"]
+            .service(identity=proposer, instance_id=state.instance.id, idempotency_key=key, command=rq.retry(state))
+            .data["proposal_id"]
+        )
+
+    def approve(state, proposal_id: str, key: str):
+        return proposal_approve(
+            identity=approver, instance_id=state.instance.id, proposal_id=proposal_id, idempotency_key=key, command={}
+        )
+
+    committed = _value("weave_recovery_operations_total", operation="retry-step", outcome="committed")
+    with django_capture_on_commit_callbacks(execute=True):
+        approve(fresh, propose(fresh, "p1"), "a1")
+    assert _value("weave_recovery_operations_total", operation="retry-step", outcome="committed") == committed + 1
+
+    stale_proposal = propose(moved, "p2")
+    moved.instance.refresh_from_db()
+    instance_pause(
+        identity=control,
+        instance_id=moved.instance.id,
+        command={"expected_control_revision": str(moved.instance.control_revision), "reason": "maintenance"},
+    )
+    aborted = _value("weave_recovery_operations_total", operation="retry-step", outcome="ABORTED")
+    with pytest.raises(Aborted):
+        approve(moved, stale_proposal, "a2")
+    assert _value("weave_recovery_operations_total", operation="retry-step", outcome="ABORTED") == aborted + 1
+    assert _value("weave_recovery_operations_total", operation="retry-step", outcome="committed") == committed + 1
 
 
 def test_the_exporter_adds_up_the_processes_sharing_a_directory(tmp_path, monkeypatch, db):

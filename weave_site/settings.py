@@ -4,7 +4,7 @@ WEAVE_DATABASE_URL selects the database: an SQLite file under var/ by default,
 ``mysql://root@127.0.0.1:3306/weave`` for MariaDB/MySQL in production.
 WEAVE_SECRET_KEY is required: there is no built-in key (``make run`` makes one under var/).
 WEAVE_PROFILE=production turns on the deployment profile (HTTPS only, HSTS, secure cookies,
-explicit hosts) that ``manage.py check --deploy`` passes clean; README "Production settings profile".
+explicit hosts) that ``manage.py check --deploy`` passes clean; docs/deployment.md "Production settings profile".
 """
 
 import os
@@ -28,6 +28,21 @@ def _env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
+def _env_positive(name: str, default: int) -> int:
+    """A whole number from the environment, ``default`` when unset or empty; anything but a positive whole number
+    stops the process with the variable and the value named."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    if not text.isascii() or not text.isdigit() or int(text) < 1:
+        raise ImproperlyConfigured(f"{name}: {text!r} is not a positive whole number (unset, it is {default})")
+    return int(text)
+
+
+def _weak(key: str) -> bool:
+    return len(key) < 50 or len(set(key)) < 5
+
+
 # The key signs sessions, CSRF tokens and list cursors: a key known to anyone (a constant in the
 # source) would let them forge cursors, so without one the process does not start.
 SECRET_KEY = os.environ.get("WEAVE_SECRET_KEY", "")
@@ -36,9 +51,18 @@ if not SECRET_KEY:
         "WEAVE_SECRET_KEY is not set: export a random key of at least 50 characters "
         "(python -c 'import secrets; print(secrets.token_urlsafe(50))'); `make run` makes one under var/"
     )
-if PRODUCTION and (len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5):
+# Keys retired by a rotation (comma-separated): what they signed — sessions, list cursors — still verifies,
+# while everything new is signed with WEAVE_SECRET_KEY. Drop a key once its sessions have expired.
+SECRET_KEY_FALLBACKS = _env_list("WEAVE_SECRET_KEY_FALLBACKS")
+
+if PRODUCTION and _weak(SECRET_KEY):
     raise ImproperlyConfigured(
         "WEAVE_SECRET_KEY: at least 50 characters, not a repeated few, under WEAVE_PROFILE=production"
+    )
+if PRODUCTION and any(_weak(key) for key in SECRET_KEY_FALLBACKS):
+    raise ImproperlyConfigured(
+        "WEAVE_SECRET_KEY_FALLBACKS: each key at least 50 characters, not a repeated few, "
+        "under WEAVE_PROFILE=production"
     )
 
 DEBUG = os.environ.get("WEAVE_DEBUG", "") == "1"
@@ -53,7 +77,7 @@ if PRODUCTION:
     SECURE_SSL_REDIRECT = True
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
-    SECURE_HSTS_SECONDS = int(os.environ.get("WEAVE_HSTS_SECONDS", 365 * 24 * 3600))
+    SECURE_HSTS_SECONDS = _env_positive("WEAVE_HSTS_SECONDS", 365 * 24 * 3600)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = os.environ.get("WEAVE_HSTS_INCLUDE_SUBDOMAINS", "1") == "1"
     SECURE_HSTS_PRELOAD = os.environ.get("WEAVE_HSTS_PRELOAD", "1") == "1"
 # Behind a TLS-terminating proxy the request arrives as plain HTTP: name the header the proxy sets
@@ -64,7 +88,7 @@ if _proxy_ssl_header:
     if not _header.strip() or not _value.strip():
         raise ImproperlyConfigured("WEAVE_PROXY_SSL_HEADER: 'Header-Name: value', e.g. 'X-Forwarded-Proto: https'")
     SECURE_PROXY_SSL_HEADER = ("HTTP_" + _header.strip().upper().replace("-", "_"), _value.strip())
-# Defaults restated because the tests and the README rely on them.
+# Defaults restated because the tests and the documentation rely on them.
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
@@ -94,6 +118,8 @@ MIDDLEWARE = [
     "core.metrics.HttpMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
+    # A body sent without a length that the server did not frame: 411, never read as empty (api/parsing.py).
+    "api.parsing.LengthRequiredMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -131,8 +157,8 @@ AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
-AXES_FAILURE_LIMIT = int(os.environ.get("WEAVE_LOGIN_FAILURE_LIMIT", 5))
-_cooloff_minutes = int(os.environ.get("WEAVE_LOGIN_COOLOFF_MINUTES", 15))
+AXES_FAILURE_LIMIT = _env_positive("WEAVE_LOGIN_FAILURE_LIMIT", 5)
+_cooloff_minutes = _env_positive("WEAVE_LOGIN_COOLOFF_MINUTES", 15)
 AXES_COOLOFF_TIME = timedelta(minutes=_cooloff_minutes)
 AXES_COOLOFF_MESSAGE = (
     f"Too many failed logins for this username or from this address ({AXES_FAILURE_LIMIT} within "
@@ -222,11 +248,11 @@ FORMAT_MODULE_PATH = ["weave_site.formats"]
 
 # Input limits (core/limits.py): a larger request body is refused with 413 before it is read;
 # one client JSON value (input, result, payload) is stored only up to this many UTF-8 bytes.
-WEAVE_MAX_BODY_BYTES = int(os.environ.get("WEAVE_MAX_BODY_BYTES", 1024 * 1024))
-WEAVE_MAX_JSON_BYTES = int(os.environ.get("WEAVE_MAX_JSON_BYTES", 256 * 1024))
+WEAVE_MAX_BODY_BYTES = _env_positive("WEAVE_MAX_BODY_BYTES", 1024 * 1024)
+WEAVE_MAX_JSON_BYTES = _env_positive("WEAVE_MAX_JSON_BYTES", 256 * 1024)
 
 # How long a recovery proposal waits for its approval before the runner expires it.
-WEAVE_PROPOSAL_TTL_SECONDS = int(os.environ.get("WEAVE_PROPOSAL_TTL_SECONDS", 24 * 3600))
+WEAVE_PROPOSAL_TTL_SECONDS = _env_positive("WEAVE_PROPOSAL_TTL_SECONDS", 24 * 3600)
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"

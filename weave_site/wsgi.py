@@ -4,3 +4,8 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "weave_site.settings")
 application = get_wsgi_application()
+
+from api.parsing import chunked_bodies_read  # noqa: E402 - the API's modules read the settings named above
+
+# A chunked body is read within the body limit where the server ends it, else refused (api/parsing.py).
+application = chunked_bodies_read(application)

@@ -1,9 +1,11 @@
 """RearmWait: a new wait generation for a standalone SIGNAL or TIMER step in review.
 
 The new activation's wait keeps the contract, correlation key, deadline and TIMER fire_at: a
-deadline is never extended. The old wait is SUPERSEDED with its winner kept; unconsumed signals
-of the step stay PENDING for the new generation. POLL steps are refused (RetryStep recovers
-their final-signal wait). The instance review stays.
+deadline is never extended. The old wait is SUPERSEDED with its winner kept; a signal of the
+step that stayed PENDING (buffered while the wait was in review) is matched by the new generation
+in the same transaction, oldest first: the step may succeed at once, or return to review when the
+payload breaks the contract. POLL steps are refused (RetryStep recovers their final-signal wait).
+The instance review stays.
 """
 
 from dataclasses import dataclass
@@ -35,7 +37,8 @@ class RearmWait(Operation):
     """Give a SIGNAL or TIMER step in review a new wait generation before its original deadline.
 
     Needs wait_verified=true. Keeps contract, correlation key, deadline and fire_at; supersedes the
-    old activation and wait (its winner kept); leaves unconsumed signals PENDING; refuses POLL steps.
+    old activation and wait (its winner kept); the new generation takes the oldest matching buffered
+    signal at once; refuses POLL steps.
     """
 
     name = "rearm-wait"
@@ -55,7 +58,7 @@ class RearmWait(Operation):
             raise FailedPrecondition(f"step {step.key!r} succeeded: a succeeded step is never re-run")
         if current.state != ActivationState.NEEDS_REVIEW:
             raise FailedPrecondition(f"activation {current.sequence} is {current.state}, not NEEDS_REVIEW")
-        return RearmPlan(history=history, wait=wait_rearmable(ctx, history))
+        return RearmPlan(history=history, wait=wait_rearmable(ctx, history), now=ctx.now)
 
     def apply(self, ctx: Context, command: RearmWaitCommand, plan: RearmPlan, *, operation_id: str) -> Effect:
         return wait_generation_next(ctx, history=plan.history, wait=plan.wait)

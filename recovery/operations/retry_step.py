@@ -332,7 +332,7 @@ def _final_signal_plan(ctx: Context, history: StepHistory) -> RearmPlan:
     wait = wait_rearmable(ctx, history)
     if wait.kind != WaitKind.POLL_FINAL_SIGNAL:
         raise Unavailable(f"activation {current.id} of a POLL step waits on a {wait.kind} wait")
-    return RearmPlan(history=history, wait=wait)
+    return RearmPlan(history=history, wait=wait, now=ctx.now)
 
 
 def _deadline_checks(ctx: Context, original: Task) -> None:

@@ -1,4 +1,4 @@
-"""Python client of the Weave API (history reads, recovery, start, signals, the worker protocol); needs only httpx."""
+"""Python client of every operation of the Weave API (``WeaveClient.operations()``); needs only httpx."""
 
 from weave_sdk.client import WeaveClient
 from weave_sdk.errors import (
@@ -15,6 +15,7 @@ from weave_sdk.errors import (
     WeaveResponseError,
 )
 from weave_sdk.exactjson import RawJSON
+from weave_sdk.retry import Retry
 
 __all__ = [
     "Conflict",
@@ -24,6 +25,7 @@ __all__ = [
     "PermissionDenied",
     "RawJSON",
     "ResourceExhausted",
+    "Retry",
     "Unauthenticated",
     "Unavailable",
     "WeaveClient",

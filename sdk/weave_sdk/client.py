@@ -10,8 +10,10 @@ import httpx
 from weave_sdk import types as t
 from weave_sdk.errors import ERROR_CLASSES, InvalidArgument, WeaveError, WeaveNetworkError, WeaveResponseError
 from weave_sdk.exactjson import dumps, loads
+from weave_sdk.retry import Retry
 
 P = TypeVar("P")
+F = TypeVar("F", bound=Callable[..., Any])
 ID = re.compile(r"[0-9a-f]{32}")
 STEP_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 QUEUE = re.compile(r"[a-z0-9][a-z0-9_.\-]{0,63}")
@@ -26,6 +28,23 @@ INSTANCE_STATES = ("RUNNING", "NEEDS_REVIEW", "CANCELLING", "SUCCEEDED", "FAILED
 STOP_KINDS = ("CANCEL", "FAIL")
 ORDERS = ("updated_at", "created_at", "review_since")
 RECOVERY_OPERATIONS = ("review-task", "resolve-step", "continue-poll", "rearm-wait", "continue", "retry-step")
+MAX_REVISION = 2**64 - 1
+MAX_REASON = 1024
+MAX_NOTE_TEXT = 4000
+MAX_EVIDENCE_REF = 512
+# Operations of the served OpenAPI document this client deliberately has no method for, each with
+# its reason. None: the document describes neither itself (/v1/openapi.json) nor its Swagger page.
+WITHOUT_METHOD: Mapping[str, str] = {}
+
+
+def operation(operation_id: str) -> Callable[[F], F]:
+    """Mark a client method as the call of one ``operationId`` of the served OpenAPI document."""
+
+    def mark(method: F) -> F:
+        method.operation_id = operation_id
+        return method
+
+    return mark
 
 
 def _check_id(value: object, field: str) -> str:
@@ -125,6 +144,18 @@ def _text_param(field: str, value: str) -> str:
     return value
 
 
+def _text(field: str, value: object, *, max_length: int) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > max_length:
+        raise _refuse(field, f"non-blank text of at most {max_length} characters")
+    return value
+
+
+def _evidence_ref(value: object) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_EVIDENCE_REF or any(c.isspace() for c in value):
+        raise _refuse("evidence_ref", f"1 to {MAX_EVIDENCE_REF} characters without whitespace")
+    return value
+
+
 def _expect(field: str, got: object, want: str) -> None:
     if got != want:
         raise WeaveResponseError("RESPONSE_MISMATCH", f"the answer's {field} is {got!r}, not {want!r}", field=field)
@@ -133,9 +164,10 @@ def _expect(field: str, got: object, want: str) -> None:
 class WeaveClient:
     """``WeaveClient(base_url, token)``; use as a context manager or call ``close()``.
 
-    ``retries`` is how many times a request is sent again after a network error: reads are
-    re-read as they were (same path, same cursor); writes are re-sent only with their own
-    Idempotency-Key, so a retry can never create a second effect or a new identity.
+    ``retry`` (a ``Retry``) bounds how a request is sent again after a transport error or a 503:
+    reads are re-read as they were (same path, same cursor); writes are re-sent only with their
+    own Idempotency-Key, so a retry can never create a second effect or a new identity; a write
+    without one is sent once.
     """
 
     def __init__(
@@ -144,10 +176,10 @@ class WeaveClient:
         token: str,
         *,
         timeout: float = 10.0,
-        retries: int = 2,
+        retry: Retry | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.retries = retries
+        self.retry = Retry() if retry is None else retry
         self._http = httpx.Client(
             base_url=base_url.rstrip("/"),
             headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
@@ -163,6 +195,20 @@ class WeaveClient:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    @classmethod
+    def operations(cls) -> dict[str, str]:
+        """``operationId`` → the name of its method, for every operation this client calls (an OpenAPI link
+        names its target by operationId)."""
+        found: dict[str, str] = {}
+        for name, member in vars(cls).items():
+            operation_id = getattr(member, "operation_id", None)
+            if operation_id is None:
+                continue
+            if operation_id in found:
+                raise TypeError(f"{operation_id} is the operation of both {found[operation_id]} and {name}")
+            found[operation_id] = name
+        return found
 
     # Transport
 
@@ -186,17 +232,31 @@ class WeaveClient:
                     "INVALID_ARGUMENT", "Idempotency-Key must be 1-128 printable ASCII", field="Idempotency-Key"
                 )
             headers["Idempotency-Key"] = idempotency_key
-        may_resend = method == "GET" or idempotency_key is not None
-        attempts = 1 + (self.retries if may_resend else 0)
-        last: Exception | None = None
-        for _ in range(attempts):
+        retry = self.retry
+        attempts = retry.attempts if method == "GET" or idempotency_key is not None else 1
+        waited = 0.0
+        sent = 0
+        while True:
+            sent += 1
             try:
                 response = self._http.request(method, path, params=params, content=content, headers=headers)
             except httpx.TransportError as exc:
-                last = exc
-                continue
-            return self._decode(response)
-        raise WeaveNetworkError("NETWORK_ERROR", f"{method} {path} failed: {last}") from last
+                failure, retry_after = exc, None
+            else:
+                if response.status_code != 503:
+                    return self._decode(response)
+                failure, retry_after = response, response.headers.get("Retry-After")
+            wait = retry.wait(sent, retry_after) if sent < attempts else None
+            if wait is None or waited + wait > retry.total_wait:
+                break
+            retry.sleep(wait)
+            waited += wait
+        if isinstance(failure, httpx.Response):
+            return self._decode(failure)
+        times = "once" if sent == 1 else f"{sent} times"
+        raise WeaveNetworkError(
+            "NETWORK_ERROR", f"{method} {path} sent {times}, never answered: {failure}"
+        ) from failure
 
     @staticmethod
     def _decode(response: httpx.Response) -> t.Response:
@@ -205,6 +265,10 @@ class WeaveClient:
             envelope = loads(response.text)
         except ValueError:
             envelope = None
+        except WeaveResponseError as refused:
+            raise WeaveResponseError(
+                refused.code, refused.message, request_id=request_id, status=response.status_code
+            ) from None
         if not isinstance(envelope, dict):
             raise WeaveError(
                 "BAD_RESPONSE",
@@ -254,6 +318,7 @@ class WeaveClient:
 
     # History reads
 
+    @operation("list_workflow_activations")
     def list_workflow_activations(
         self, workflow_id: str, step_key: str, *, limit: int | None = None, cursor: str | None = None
     ) -> t.ActivationPage:
@@ -267,6 +332,7 @@ class WeaveClient:
             _expect("items[].step_id", item.step_id, page.step_id)
         return page
 
+    @operation("get_workflow_activation")
     def get_workflow_activation(self, workflow_id: str, step_key: str, activation_id: str) -> t.ActivationDetail:
         _check_id(workflow_id, "id")
         _check_step_key(step_key)
@@ -280,6 +346,7 @@ class WeaveClient:
         _expect("activation.step_id", detail.activation.step_id, detail.step.id)
         return detail
 
+    @operation("list_workflow_poll_rounds")
     def list_workflow_poll_rounds(
         self,
         workflow_id: str,
@@ -300,16 +367,13 @@ class WeaveClient:
             _expect("items[].activation_id", item.activation_id, activation_id)
         return page
 
+    @operation("list_workflow_signals")
     def list_workflow_signals(
         self, workflow_id: str, *, limit: int | None = None, cursor: str | None = None
     ) -> t.SignalPage:
-        _check_id(workflow_id, "id")
-        page = self._get(t.SignalPage, f"/v1/workflows/{workflow_id}/signals", _page_params(limit, cursor))
-        _expect("workflow_id", page.workflow_id, workflow_id)
-        for item in page.items:
-            _expect("items[].workflow_id", item.workflow_id, workflow_id)
-        return page
+        return self._workflow_page(t.SignalPage, workflow_id, "signals", limit, cursor)
 
+    @operation("get_workflow_signal")
     def get_workflow_signal(self, workflow_id: str, signal_id: str) -> t.Signal:
         _check_id(workflow_id, "id")
         _check_id(signal_id, "signal")
@@ -318,6 +382,7 @@ class WeaveClient:
         _expect("id", signal.id, signal_id)
         return signal
 
+    @operation("list_workflow_signal_operations")
     def list_workflow_signal_operations(
         self, workflow_id: str, signal_id: str, *, limit: int | None = None, cursor: str | None = None
     ) -> t.SignalOperationPage:
@@ -330,6 +395,7 @@ class WeaveClient:
             _expect("items[].signal_id", item.signal_id, signal_id)
         return page
 
+    @operation("get_workflow_signal_operation")
     def get_workflow_signal_operation(self, workflow_id: str, signal_id: str, operation: str) -> t.SignalOperation:
         """``operation`` is the audit record's own id, never its operation_id."""
         _check_id(workflow_id, "id")
@@ -341,12 +407,14 @@ class WeaveClient:
         _expect("id", record.id, operation)
         return record
 
+    @operation("get_workflow")
     def get_workflow(self, workflow_id: str) -> t.Workflow:
         _check_id(workflow_id, "id")
         workflow = self._get(t.Workflow, f"/v1/workflows/{workflow_id}")
         _expect("id", workflow.id, workflow_id)
         return workflow
 
+    @operation("get_workflow_task")
     def get_workflow_task(self, workflow_id: str, task_id: str) -> t.WorkflowTask:
         _check_id(workflow_id, "id")
         _check_id(task_id, "task")
@@ -355,6 +423,7 @@ class WeaveClient:
         _expect("task.id", detail.task.id, task_id)
         return detail
 
+    @operation("get_task_source")
     def get_task_source(self, task_id: str) -> t.TaskSource:
         """Instance, step, activation, poll round and queue of a task (workflows:read, or tasks:work on its queue)."""
         _check_id(task_id, "task_id")
@@ -362,18 +431,24 @@ class WeaveClient:
         _expect("task_id", source.task_id, task_id)
         return source
 
+    @operation("list_workflow_operations")
     def list_workflow_operations(
         self, workflow_id: str, *, limit: int | None = None, cursor: str | None = None
     ) -> t.WorkflowOperationPage:
+        return self._workflow_page(t.WorkflowOperationPage, workflow_id, "operations", limit, cursor)
+
+    def _workflow_page(
+        self, page_type: type[P], workflow_id: str, kind: str, limit: int | None, cursor: str | None
+    ) -> P:
+        """A page of ``/v1/workflows/{id}/{kind}``: the page and each of its items must be the workflow's."""
         _check_id(workflow_id, "id")
-        page = self._get(
-            t.WorkflowOperationPage, f"/v1/workflows/{workflow_id}/operations", _page_params(limit, cursor)
-        )
+        page = self._get(page_type, f"/v1/workflows/{workflow_id}/{kind}", _page_params(limit, cursor))
         _expect("workflow_id", page.workflow_id, workflow_id)
         for item in page.items:
             _expect("items[].workflow_id", item.workflow_id, workflow_id)
         return page
 
+    @operation("list_workflow_events")
     def list_workflow_events(
         self,
         workflow_id: str,
@@ -404,8 +479,117 @@ class WeaveClient:
         """Every event of the instance's timeline matching the filters, following the cursors."""
         return self.iter_items(self.list_workflow_events, workflow_id, limit=limit, **filters)
 
+    # Notes, acknowledgement and assignment: what operators say about an instance, never a change of its state
+    # or revision. The list takes workflows:read; the writes workflows:annotate or workflows:recover.
+
+    @operation("list_workflow_notes")
+    def list_workflow_notes(
+        self, workflow_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> t.NotePage:
+        """One page of the instance's notes, newest first, with the current review's ``attention`` (absent when
+        nobody acknowledged or was assigned to it)."""
+        page = self._workflow_page(t.NotePage, workflow_id, "notes", limit, cursor)
+        if page.attention is not None:
+            _expect("attention.workflow_id", page.attention.workflow_id, workflow_id)
+        return page
+
+    @operation("add_workflow_note")
+    def add_workflow_note(
+        self,
+        workflow_id: str,
+        *,
+        idempotency_key: str,
+        text: str,
+        evidence_ref: str | None = None,
+        corrects: str | None = None,
+    ) -> t.Response:
+        """Append a note to the instance, in any state; ``corrects`` names an earlier note of it (which stays as
+        written). ``data`` is the ``Note`` (status 201; a replay of the key answers the same note)."""
+        _check_id(workflow_id, "id")
+        command = {"text": _text("text", text, max_length=MAX_NOTE_TEXT)}
+        if evidence_ref is not None:
+            command["evidence_ref"] = _evidence_ref(evidence_ref)
+        if corrects is not None:
+            command["corrects"] = _check_id(corrects, "corrects")
+        answer = self._send("POST", f"/v1/workflows/{workflow_id}/notes", body=command, idempotency_key=idempotency_key)
+        typed = self._typed(t.Note, answer, workflow_id)
+        _expect("corrects", typed.data.corrects, corrects)
+        return typed
+
+    @operation("acknowledge_workflow")
+    def acknowledge_workflow(self, workflow_id: str) -> t.Attention:
+        """Acknowledge the current review of an instance in NEEDS_REVIEW; once acknowledged it stays so (by the
+        first), and the answer is the same attention."""
+        _check_id(workflow_id, "id")
+        return self._command(t.Attention, workflow_id, "acknowledge", {})
+
+    @operation("assign_workflow")
+    def assign_workflow(self, workflow_id: str, *, assignee: str) -> t.Attention:
+        """Assign the current review of an instance in NEEDS_REVIEW to an operator of the namespace (an actor
+        id); ``assignee=""`` unassigns it."""
+        _check_id(workflow_id, "id")
+        if assignee != "":
+            _check_id(assignee, "assignee")
+        return self._command(t.Attention, workflow_id, "assign", {"assignee": assignee})
+
+    # Instance control (workflows:control). Sent once, never again: they carry no Idempotency-Key, and
+    # expected_control_revision refuses a second one (ABORTED); read the instance to learn what happened.
+
+    @operation("pause_workflow")
+    def pause_workflow(
+        self, workflow_id: str, *, expected_control_revision: int, reason: str | None = None
+    ) -> t.InstanceSummary:
+        """Pause an unfinished, unpaused instance (its gate closes); bumps revision and control_revision."""
+        return self._control(workflow_id, "pause", expected_control_revision, reason)
+
+    @operation("resume_workflow")
+    def resume_workflow(
+        self, workflow_id: str, *, expected_control_revision: int, reason: str | None = None
+    ) -> t.InstanceSummary:
+        """Clear paused (the gate opens only if the instance is RUNNING); bumps revision and control_revision."""
+        return self._control(workflow_id, "resume", expected_control_revision, reason)
+
+    @operation("cancel_workflow")
+    def cancel_workflow(
+        self, workflow_id: str, *, expected_control_revision: int, reason: str | None = None
+    ) -> t.InstanceSummary:
+        """Record the stop intent CANCEL (RUNNING becomes CANCELLING; an instance in review stays in review)."""
+        return self._control(workflow_id, "cancel", expected_control_revision, reason)
+
+    def _control(
+        self, workflow_id: str, action: str, expected_control_revision: int, reason: str | None
+    ) -> t.InstanceSummary:
+        _check_id(workflow_id, "id")
+        revision = expected_control_revision
+        if type(revision) is not int or not 1 <= revision <= MAX_REVISION:
+            raise _refuse("expected_control_revision", f"a control_revision, an integer from 1 to {MAX_REVISION}")
+        command = {"expected_control_revision": str(revision)}
+        if reason is not None:
+            command["reason"] = _text("reason", reason, max_length=MAX_REASON)
+        summary = self._command(t.InstanceSummary, workflow_id, action, command)
+        _expect("id", summary.id, workflow_id)
+        return summary
+
+    def _command(self, answer_type: type[P], workflow_id: str, action: str, command: Mapping[str, str]) -> P:
+        """POST an unkeyed command to ``/v1/workflows/{id}/{action}`` (sent once) and check whose answer it is."""
+        data = t.decode(answer_type, self._send("POST", f"/v1/workflows/{workflow_id}/{action}", body=command).data)
+        _expect("workflow_id", data.workflow_id, workflow_id)
+        return data
+
+    # The caller
+
+    @operation("get_credential_self")
+    def get_credential_self(self) -> t.CredentialSelf:
+        """Who this client's token acts as: credential, namespace, actor, scopes and ``queues`` (``"*"``: every
+        queue of the namespace)."""
+        me = self._get(t.CredentialSelf, "/v1/credentials/self")
+        if isinstance(me.queues, str) and me.queues != "*":
+            raise WeaveResponseError("BAD_RESPONSE", f'queues is {me.queues!r}, not "*" or a list', field="data.queues")
+        return me
+
     # The instance query
 
+    @operation("list_workflows")
     def list_workflows(
         self,
         *,
@@ -480,6 +664,7 @@ class WeaveClient:
                 return
             cursor = page.next_cursor
 
+    @operation("get_review_summary")
     def review_summary(self) -> t.ReviewSummary:
         """Visible instances in review counted per cause and per definition (the busiest first)."""
         return self._get(t.ReviewSummary, "/v1/workflows/review-summary")
@@ -501,12 +686,14 @@ class WeaveClient:
         )
         return self._typed(t.Proposal if answer.status == 202 else t.Receipt, answer, workflow_id)
 
+    @operation("approve_recovery_proposal")
     def approve_proposal(
         self, workflow_id: str, proposal_id: str, *, idempotency_key: str, reason: str | None = None
     ) -> t.Response:
         """Run a proposal's stored command as its second person; ``data`` is the operation's Receipt."""
         return self._decide(workflow_id, proposal_id, "approve", idempotency_key, reason, t.Receipt)
 
+    @operation("reject_recovery_proposal")
     def reject_proposal(self, workflow_id: str, proposal_id: str, *, idempotency_key: str, reason: str) -> t.Response:
         """Close a pending proposal unrun; ``data`` is the closed Proposal."""
         return self._decide(workflow_id, proposal_id, "reject", idempotency_key, reason, t.Proposal)
@@ -528,26 +715,33 @@ class WeaveClient:
         _expect("workflow_id", data.workflow_id, workflow_id)
         return t.Response(data=data, request_id=answer.request_id, replayed=answer.replayed, status=answer.status)
 
+    @operation("recovery_review_task")
     def review_task(self, workflow_id: str, *, idempotency_key: str, command: Mapping[str, Any]) -> t.Response:
         return self.recover(workflow_id, "review-task", idempotency_key=idempotency_key, command=command)
 
+    @operation("recovery_resolve_step")
     def resolve_step(self, workflow_id: str, *, idempotency_key: str, command: Mapping[str, Any]) -> t.Response:
         return self.recover(workflow_id, "resolve-step", idempotency_key=idempotency_key, command=command)
 
+    @operation("recovery_continue_poll")
     def continue_poll(self, workflow_id: str, *, idempotency_key: str, command: Mapping[str, Any]) -> t.Response:
         return self.recover(workflow_id, "continue-poll", idempotency_key=idempotency_key, command=command)
 
+    @operation("recovery_rearm_wait")
     def rearm_wait(self, workflow_id: str, *, idempotency_key: str, command: Mapping[str, Any]) -> t.Response:
         return self.recover(workflow_id, "rearm-wait", idempotency_key=idempotency_key, command=command)
 
+    @operation("recovery_continue")
     def continue_workflow(self, workflow_id: str, *, idempotency_key: str, command: Mapping[str, Any]) -> t.Response:
         return self.recover(workflow_id, "continue", idempotency_key=idempotency_key, command=command)
 
+    @operation("recovery_retry_step")
     def retry_step(self, workflow_id: str, *, idempotency_key: str, command: Mapping[str, Any]) -> t.Response:
         return self.recover(workflow_id, "retry-step", idempotency_key=idempotency_key, command=command)
 
     # Worker protocol (tasks:work). Not re-sent after a network error: they carry no Idempotency-Key.
 
+    @operation("claim_queue_task")
     def claim_task(self, queue: str, *, worker: str, lease_seconds: int | None = None) -> t.Claim:
         """Lease the highest-priority claimable task of ``queue``; ``claimed`` false when there is none."""
         if not isinstance(queue, str) or not queue.isascii() or QUEUE.fullmatch(queue) is None:
@@ -557,6 +751,7 @@ class WeaveClient:
             body["lease_seconds"] = lease_seconds
         return t.decode(t.Claim, self._send("POST", f"/v1/queues/{queue}/claim", body=body).data)
 
+    @operation("heartbeat_task")
     def heartbeat_task(self, task_id: str, *, attempt_id: str, lease_seconds: int | None = None) -> t.Heartbeat:
         """Extend the attempt's lease; ``late`` true: the lease was lost, stop the work (nothing was extended)."""
         _check_id(task_id, "task_id")
@@ -568,6 +763,7 @@ class WeaveClient:
         _expect("attempt_id", beat.attempt_id, attempt_id)
         return beat
 
+    @operation("complete_task")
     def complete_task(
         self, task_id: str, *, attempt_id: str, outcome: str, result: Any, retryable: bool = False
     ) -> t.Completion:
@@ -584,10 +780,12 @@ class WeaveClient:
         _expect("task_id", completion.task_id, task_id)
         return completion
 
+    @operation("start_workflow")
     def start_workflow(self, *, idempotency_key: str, command: Mapping[str, Any]) -> t.Response:
         """POST /v1/workflows; ``data`` is the answer as JSON (client bodies as RawJSON)."""
         return self._send("POST", "/v1/workflows", body=command, idempotency_key=idempotency_key)
 
+    @operation("signal_workflow")
     def send_signal(self, workflow_id: str, *, idempotency_key: str, command: Mapping[str, Any]) -> t.Response:
         """POST /v1/workflows/{id}/signals; ``data`` is the acceptance receipt as JSON."""
         _check_id(workflow_id, "id")

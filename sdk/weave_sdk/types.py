@@ -542,6 +542,70 @@ class Proposal:
 
 
 @model
+class InstanceSummary:
+    """The answer of a start, pause, resume or cancel: the instance as that command left it."""
+
+    id: str
+    workflow_id: str  # the same as id
+    definition: DefinitionRef
+    state: str
+    paused: bool
+    revision: int
+    control_revision: int
+    business_key: str
+    created_at: dt.datetime
+    stop_kind: str | None = None
+    deadline_at: dt.datetime | None = None
+
+
+@model
+class Attention:
+    """Who acknowledged the instance's current review (``review_since``) and who is assigned to it."""
+
+    workflow_id: str
+    review_since: dt.datetime
+    acknowledged_by: str | None = None
+    acknowledged_at: dt.datetime | None = None
+    assignee: str | None = None
+    assigned_by: str | None = None
+    assigned_at: dt.datetime | None = None
+
+
+@model
+class Note:
+    """An operator's note on an instance, as written (notes are never edited: a later one ``corrects`` it)."""
+
+    id: str
+    workflow_id: str
+    text: str
+    author: str
+    created_at: dt.datetime
+    evidence_ref: str | None = None
+    corrects: str | None = None
+
+
+@model
+class NotePage:
+    workflow_id: str
+    revision: int
+    items: list[Note]
+    # The current review's acknowledgement and assignment, absent when there is none.
+    attention: Attention | None = None
+    next_cursor: str | None = None
+
+
+@model
+class CredentialSelf:
+    """Who the bearer token acts as: its scopes, and ``queues`` ``"*"`` (every queue) or their names."""
+
+    credential_id: str
+    namespace_id: str
+    actor_id: str
+    scopes: list[str]
+    queues: str | list[str]
+
+
+@model
 class Response:
     """A decoded answer: the typed ``data`` plus what the envelope and headers said."""
 
@@ -570,7 +634,13 @@ def decode(cls: type[T], value: Any, path: str = "data") -> T:
 
 def _field(hint: Any, value: Any, path: str, *, revision: bool = False) -> Any:
     if isinstance(hint, types.UnionType):
-        (hint,) = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        *others, hint = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        # Of several shapes the first that fits wins; the last one's refusal names what was expected.
+        for other in others:
+            try:
+                return _field(other, value, path, revision=revision)
+            except WeaveResponseError:
+                pass
     if typing.get_origin(hint) is list:
         if not isinstance(value, list):
             raise _bad(path, "a list")

@@ -2,6 +2,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 
 from history.models import Operator
+from history.tenancy import actor_id_for
 
 
 @pytest.fixture
@@ -12,7 +13,8 @@ def console_user(tenancy):
     def make(name: str, *groups: str, queues="*"):
         user = User.objects.create_user(name, password="pw", is_staff=True)
         user.groups.set(Group.objects.filter(name__in=groups))
-        Operator.objects.create(user=user, namespace=namespace, actor_id=name.ljust(32, "0")[:32], queue_access=queues)
+        actor_id = actor_id_for(namespace.name, name)  # as weave_bootstrap names a login's actor
+        Operator.objects.create(user=user, namespace=namespace, actor_id=actor_id, queue_access=queues)
         return user
 
     return make

@@ -45,7 +45,7 @@ def _key(html: str) -> str:
 
 def test_an_operator_acknowledges_assigns_and_notes_and_the_instance_does_not_move(client, console_user, review):
     olga = console_user("olga", "operators")
-    console_user("bob", "operators")
+    bob = console_user("bob", "operators").weave_operator.actor_id
     client.force_login(olga)
     instance = review.instance
     html = _page(client, instance.id)
@@ -54,15 +54,15 @@ def test_an_operator_acknowledges_assigns_and_notes_and_the_instance_does_not_mo
         :3
     ] == [
         ("", "unassigned"),
-        ("bob".ljust(32, "0"), "bob"),
-        ("olga".ljust(32, "0"), "olga"),
+        (bob, "bob"),
+        (olga.weave_operator.actor_id, "olga"),
     ]
 
     response, said = _act(client, instance.id, "acknowledge")
     assert response.status_code == 302 and response["Location"].endswith(f"/{instance.id}/change/#attention")
     assert said == ["Review acknowledged."]
     assert _act(client, instance.id, "acknowledge")[1] == ["The review was already acknowledged: nothing changed."]
-    assert _act(client, instance.id, "assign", {"assignee": "bob".ljust(32, "0")})[1] == ["Review assigned."]
+    assert _act(client, instance.id, "assign", {"assignee": bob})[1] == ["Review assigned."]
     key = _key(_page(client, instance.id))
     assert _act(client, instance.id, "note", {"text": "provider: pending", "idempotency_key": key})[1] == [
         "Note added."
@@ -151,10 +151,10 @@ def test_the_actions_answer_only_post(client, console_user, review):
 def test_the_queue_shows_who_acknowledged_who_is_assigned_and_the_notes_count(client, console_user, tenancy):
     unknown, failed = task_unknown_state(tenancy).instance, task_failed_state(tenancy).instance
     olga = console_user("olga", "operators")
-    console_user("bob", "operators")
+    bob = console_user("bob", "operators").weave_operator.actor_id
     client.force_login(olga)
     _act(client, unknown.id, "acknowledge")
-    _act(client, unknown.id, "assign", {"assignee": "bob".ljust(32, "0")})
+    _act(client, unknown.id, "assign", {"assignee": bob})
     for n in (1, 2):
         _act(client, unknown.id, "note", {"text": f"note {n}", "idempotency_key": f"k{n}"})
     html = client.get("/admin/").content.decode()

@@ -101,3 +101,22 @@ def test_exports_stream_every_filtered_row_newest_first_in_csv_and_json_lines(cl
 def test_an_operator_without_the_audit_permission_cannot_export(client, console_user, tenancy):
     client.force_login(console_user("vic", "operators"))
     assert client.get(f"{LIST}export/csv/").status_code == 403
+
+
+@pytest.mark.parametrize("reason", ['=HYPERLINK("http://x")', "-1+2"])
+def test_csv_cells_a_spreadsheet_would_run_as_formulas_open_as_text_and_json_lines_keep_them_exact(
+    client, console_user, tenancy, reason
+):
+    state = task_unknown_state(tenancy)
+    client.force_login(console_user("olga", "operators", "auditors"))
+    post = _review_post(state, reason=reason) | {"_confirm": "1"}
+    assert client.post(_form(state.instance.id, "review-task"), post).status_code == 302
+    row = WorkflowOperation.objects.get(workflow=state.instance, action="workflow.review_task")
+    assert row.reason == reason
+
+    [line] = [json.loads(line) for line in _body(client.get(f"{LIST}export/jsonl/", {"q": row.id})).splitlines()]
+    assert line["reason"] == reason
+    [cells] = list(csv.DictReader(io.StringIO(_body(client.get(f"{LIST}export/csv/", {"q": row.id})))))
+    assert cells["reason"] == "'" + reason
+    # Only such text is touched: the ids, the times and the JSON of the same row read as they are.
+    assert (cells["id"], cells["created_at"], json.loads(cells["after"])) == (row.id, line["created_at"], row.after)

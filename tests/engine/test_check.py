@@ -2,7 +2,10 @@ import pytest
 from django.core.management import call_command
 from django.db.models import F
 
+from core import clock
 from engine.check import invariants_check
+from engine.incidents import incidents_resolve
+from engine.runner import runner_settle
 from engine.signals import signal_accept
 from history.models import (
     Activation,
@@ -10,6 +13,7 @@ from history.models import (
     Attempt,
     Gate,
     InboxRecord,
+    Incident,
     InstanceEvent,
     PollRound,
     Queue,
@@ -22,6 +26,7 @@ from history.models import (
 )
 from tests import states
 from tests.engine.conftest import task_step
+from tests.engine.test_poison import INVALID, _results_poisoned
 
 
 @pytest.fixture
@@ -89,14 +94,21 @@ def test_weave_check_prints_each_violation_with_ids_and_exits_1(ran, capsys):
 SIGNAL_STEP = {"key": "s", "kind": "SIGNAL", "name": "go", "payload_version": "1", "deadline_seconds": 60}
 
 
-def _signalled(engine) -> None:
-    """An instance whose SIGNAL step is waiting, then consumes one accepted signal."""
+def _signalled(engine, correlation_key="") -> None:
+    """An instance whose SIGNAL step is waiting, then consumes one accepted signal (which matches the wait unless
+    its ``correlation_key`` is another)."""
     instance = engine.start(engine.define([SIGNAL_STEP]))
     engine.settle()
     signal_accept(
         identity=engine.identity,
         instance_id=instance.id,
-        command={"name": "go", "payload_version": "1", "payload": {}, "correlation_key": "", "reason": "r"},
+        command={
+            "name": "go",
+            "payload_version": "1",
+            "payload": {},
+            "correlation_key": correlation_key,
+            "reason": "r",
+        },
         idempotency_key="s",
     )
     engine.settle()
@@ -107,6 +119,36 @@ def test_a_wait_winner_not_consumed_by_that_wait_is_reported(engine):
     assert invariants_check() == []
     Signal.objects.update(consumed_wait_id=None)
     assert "wait_winner" in _codes()
+
+
+def test_a_waiting_wait_that_left_a_matching_buffered_signal_untaken_is_reported(engine):
+    _signalled(engine, correlation_key="other")
+    signal, wait = Signal.objects.get(), Wait.objects.get()
+    assert (signal.state, wait.state) == ("PENDING", "WAITING")  # buffered: its correlation key is another's
+    assert invariants_check() == []
+    # Rows written directly: the engine takes a matching buffered signal where the wait appears, so the
+    # state of a hang is made by hand — the signal now matches the wait that stays WAITING.
+    Signal.objects.update(correlation_key="")
+    assert _violations("wait_signal_untaken") == [(wait.id, signal.id)]
+    Signal.objects.update(expires_at=clock.now())  # an expired signal is never taken: no hang
+    assert _violations("wait_signal_untaken") == []
+
+
+def test_weave_check_lists_the_open_incidents_with_their_duty_item_and_error_class(engine, capsys):
+    poisoned, _, record, _ = _results_poisoned(engine, INVALID)
+    runner_settle()
+    incident = Incident.objects.get()
+    call_command("weave_check")  # an item set aside breaks no invariant: exit 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(
+        f"open incident: {incident.id} inbox inbox_record {record.id} instance={poisoned.id}"
+        " json.decoder.JSONDecodeError count=1 last_seen="
+    )
+    assert incident.message not in lines[0]
+    assert lines[1:] == ["open incidents: 1 (weave_incidents --resolve ID once fixed)", "weave_check: clean"]
+    incidents_resolve(ids=[incident.id])
+    call_command("weave_check")
+    assert capsys.readouterr().out.splitlines() == ["open incidents: 0", "weave_check: clean"]
 
 
 def test_an_instance_in_review_without_a_cause_or_time_is_reported(ran):

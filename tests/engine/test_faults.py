@@ -248,15 +248,14 @@ TRANSITIONS = [
         signals=[("PENDING", "")],
     ),
     _pass(
-        "buffered signals: a new wait takes a buffered signal",
+        "inbox: a result opens a signal wait that takes its buffered signal",
         _then(
             lambda e: states.signals_sent(e, 1, SIGNAL_AFTER_TASK),
             lambda e: runner.pass_inbox(),
             lambda e: e.work(),
-            lambda e: runner.pass_inbox(),
-            lambda e: runner.pass_continuations(),
         ),
-        runner.pass_buffered_signals,
+        runner.pass_inbox,
+        instances=["SUCCEEDED"],
         signals=[(CONSUMED, "APPLIED")],
         waits=["SATISFIED"],
     ),

@@ -220,7 +220,7 @@ def test_stop_settlement_sets_aside_an_instance_whose_definition_has_no_applicat
 
 
 @pytest.mark.django_db
-def test_a_buffered_signal_with_a_poisoned_payload_sets_its_wait_aside(engine):
+def test_a_buffered_signal_with_a_poisoned_payload_sets_aside_the_record_whose_advance_opens_its_wait(engine):
     spec = {**states.SIGNAL, "contract": CONTRACT, "after": ["a"]}
     poisoned = states.started(engine, 1, [task_step("a"), spec])[0]
     runner.runner_settle()
@@ -234,9 +234,17 @@ def test_a_buffered_signal_with_a_poisoned_payload_sets_its_wait_aside(engine):
         pass
     runner.runner_settle()
     assert _reload(healthy).state == InstanceState.SUCCEEDED
-    incident = Incident.objects.get()
-    assert (incident.duty, incident.item_kind) == ("buffered_signals", "wait")
-    assert _reload(poisoned).state == InstanceState.NEEDS_REVIEW
+    # a's result ends a and opens the signal wait, which takes the buffered signal in the same transaction.
+    record = InboxRecord.objects.get(instance=poisoned, source_kind="RESULT_EVENT")
+    _assert_set_aside(
+        Incident.objects.get(),
+        duty="inbox",
+        kind="inbox_record",
+        item_id=record.id,
+        instance=poisoned,
+        error_class="json.decoder.JSONDecodeError",
+    )
+    assert record.state == InboxState.PENDING and Signal.objects.get(workflow=poisoned).state == "PENDING"
     assert runner.runner_settle() == 1
     assert invariants_check() == []
 

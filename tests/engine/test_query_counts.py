@@ -1,6 +1,6 @@
 """Each runner pass costs a fixed number of queries per item, whatever the history size.
 
-The measured numbers are the ones the README reports (``pytest -s`` prints them).
+The measured numbers are the ones docs/performance.md reports (``pytest -s`` prints them).
 """
 
 import pytest

@@ -116,11 +116,19 @@ EXPECTED = {
     "inbox: early signal buffered": [
         ("inbox.state", "s", "PENDING", "CONSUMED", "BUFFERED", "engine"),
     ],
-    "buffered signals: a new wait takes a buffered signal": [
-        ("step.state", "s", "WAITING", "SUCCEEDED", "", "engine"),
+    "inbox: a result opens a signal wait that takes its buffered signal": [
+        ("step.state", "a", "ACTIVE", "SUCCEEDED", "", "engine"),
+        ("activation.state", "a", "ACTIVE", "SUCCEEDED", "", "engine"),
+        ("inbox.state", "a", "PENDING", "CONSUMED", "APPLIED", "engine"),
+        # The advance activates s, whose new wait takes the buffered signal at once: s never shows WAITING.
+        ("activation.created", "s", "", "WAITING", "", "engine"),
+        ("wait.created", "s", "", "WAITING", "", "engine"),
+        ("step.state", "s", "PENDING", "SUCCEEDED", "", "engine"),
         ("activation.state", "s", "WAITING", "SUCCEEDED", "", "engine"),
         ("wait.state", "s", "WAITING", "SATISFIED", "", "engine"),
         ("signal.state", "s", "PENDING", "CONSUMED", "", "engine"),
+        ("step.state", "$root", "ACTIVE", "SUCCEEDED", "", "engine"),
+        ("instance.state", "", "RUNNING", "SUCCEEDED", "", "engine"),
     ],
     "signal expiry: a buffered signal past its TTL": [
         ("signal.state", "s", "PENDING", "EXPIRED", "", "engine"),

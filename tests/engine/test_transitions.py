@@ -187,9 +187,16 @@ def test_a_wait_is_superseded_by_its_next_generation_with_the_same_contract_and_
     old_wait = Wait.objects.get(pk=old_activation.wait_id)
     now = clock.now()
     with transaction.atomic():
-        activation, wait = wait_supersede(
-            instance=instance, step=step, activation=old_activation, wait=old_wait, now=now
+        activation, wait, taken = wait_supersede(
+            instance=instance,
+            gate=Gate.objects.get(pk=instance.pk),
+            step=step,
+            activation=old_activation,
+            wait=old_wait,
+            step_spec=instance.definition.step_spec("s"),
+            now=now,
         )
+    assert taken is None
     activation, wait = Activation.objects.get(pk=activation.pk), Wait.objects.get(pk=wait.pk)
     assert (activation.sequence, activation.state, activation.wait_id) == (2, ActivationState.WAITING, wait.id)
     assert (wait.generation, wait.state, wait.activation_id) == (2, WaitState.WAITING, activation.id)

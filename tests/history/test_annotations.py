@@ -209,9 +209,12 @@ def test_assign_names_an_operator_of_the_namespace_or_unassigns(review, annotato
     assert (assigned["assignee"], assigned["assigned_by"]) == (BOB, ALICE)
     again = send("POST", _path(review, "assign"), annotator, {"assignee": BOB})[1]["data"]
     assert again == assigned
-    for assignee in ("f" * 32, "a token's actor", 5, None):
+    # An actor id's shape is syntax (the schema states it); whether an operator of the namespace has it is a row.
+    for assignee in ("a token's actor", BOB.upper(), BOB[:31], 5, None):
         status, answer, _ = send("POST", _path(review, "assign"), annotator, {"assignee": assignee})
         assert (status, answer["error"]["code"], answer["error"]["field"]) == (400, "INVALID_ARGUMENT", "assignee")
+    status, answer, _ = send("POST", _path(review, "assign"), annotator, {"assignee": "f" * 32})
+    assert (status, answer["error"]["code"], answer["error"]["field"]) == (404, "NOT_FOUND", "assignee")
     for body, field in (({}, "assignee"), ({"assignee": BOB, "why": "x"}, "why")):
         assert send("POST", _path(review, "assign"), annotator, body)[1]["error"]["field"] == field
     status, answer, _ = send("POST", _path(review, "acknowledge"), annotator, {"extra": 1})
@@ -306,7 +309,8 @@ def test_every_answer_and_error_matches_its_documented_schema(review, api, annot
     posts.post("acknowledge_workflow", _path(review, "acknowledge"), {}, 200)
     posts.post("acknowledge_workflow", f"{ghost}/acknowledge", {}, 404)
     posts.post("assign_workflow", _path(review, "assign"), {"assignee": BOB}, 200)
-    posts.post("assign_workflow", _path(review, "assign"), {"assignee": "f" * 32}, 400)
+    posts.post("assign_workflow", _path(review, "assign"), {"assignee": "f" * 32}, 404)
+    posts.post("assign_workflow", _path(review, "assign"), {"assignee": "F" * 32}, 400)
     posts.post("assign_workflow", _path(review, "assign"), {"assignee": ""}, 403, token=issue_token().token)
     read = api.get(_path(review, "notes"), **bearer(issue_token().token))
     _, _, listed = _operation(openapi_doc, "list_workflow_notes")

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api import schema
+from api import instance_filters, schema
 from api.schema import REVISION_SCHEMA, decimal_range_pattern
 from core import exactjson, limits
-from core.ids import MAX_UINT64, parse_revision
+from core.ids import MAX_UINT64, is_id, parse_revision
 from engine.worker import task_complete
 from history.models import (
     ActivationState,
@@ -223,18 +223,18 @@ def test_the_swagger_ui_assets_come_from_this_server(live_server):
 
 # ---- the POST endpoints -----------------------------------------------------------------------
 
-# Every POST can meet a body over the size limit: 413.
+# Every POST can meet a body over the size limit (413), or a chunked one a server cannot end (411).
 ENGINE_POSTS = {
-    "start_workflow": (201, {400, 401, 403, 404, 409, 413, 503}),
-    "signal_workflow": (201, {400, 401, 403, 404, 409, 413, 503}),
-    "pause_workflow": (200, {400, 401, 403, 404, 409, 413, 503}),
-    "resume_workflow": (200, {400, 401, 403, 404, 409, 413, 503}),
-    "cancel_workflow": (200, {400, 401, 403, 404, 409, 413, 503}),
-    "claim_queue_task": (200, {400, 401, 403, 404, 413, 503}),
-    "heartbeat_task": (200, {400, 401, 403, 404, 413, 503}),
-    "complete_task": (200, {400, 401, 403, 404, 413, 503}),
+    "start_workflow": (201, {400, 401, 403, 404, 409, 411, 413, 503}),
+    "signal_workflow": (201, {400, 401, 403, 404, 409, 411, 413, 503}),
+    "pause_workflow": (200, {400, 401, 403, 404, 409, 411, 413, 503}),
+    "resume_workflow": (200, {400, 401, 403, 404, 409, 411, 413, 503}),
+    "cancel_workflow": (200, {400, 401, 403, 404, 409, 411, 413, 503}),
+    "claim_queue_task": (200, {400, 401, 403, 404, 411, 413, 503}),
+    "heartbeat_task": (200, {400, 401, 403, 404, 411, 413, 503}),
+    "complete_task": (200, {400, 401, 403, 404, 411, 413, 503}),
 }
-RECOVERY_ERRORS = {400, 401, 403, 404, 409, 413, 503}
+RECOVERY_ERRORS = {400, 401, 403, 404, 409, 411, 413, 503}
 RECOVERY_POSTS = {
     f"recovery_{name.replace('-', '_')}": (200, RECOVERY_ERRORS | ({429} if name == "retry-step" else set()))
     for name in RECOVERY_OPERATIONS
@@ -453,11 +453,65 @@ def test_the_text_patterns_are_the_limits_rules(text):
     assert (re.fullmatch(token["pattern"], text) is not None) == (limits.TOKEN_RE.fullmatch(text) is not None)
 
 
+_DIGITS = st.text("0123456789", min_size=1, max_size=3)
+_TIMES = st.one_of(
+    st.datetimes(min_value=dt.datetime(1, 1, 1), max_value=dt.datetime(9999, 12, 31, 23, 59, 59)).map(
+        lambda moment: moment.isoformat()
+    ),
+    st.builds(
+        "{}-{}-{}T{}:{}:{}{}{}".format,
+        st.text("0123456789", min_size=4, max_size=4),
+        *[_DIGITS] * 5,
+        st.sampled_from(["", ".5", ".123456", ".1234567"]),
+        st.builds("{}{}:{}".format, st.sampled_from("+-"), _DIGITS, _DIGITS) | st.sampled_from(["Z", "z", ""]),
+    ),
+)
+
+
+@given(_TIMES | st.builds("{}Z".format, _TIMES))
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+def test_a_time_filter_is_valid_in_the_description_exactly_when_the_server_parses_it(text):
+    """Month lengths, leap years, hours, offsets and fraction digits: the pattern is the server's parser."""
+    pattern = schema.QUERY_TIME_SCHEMA["pattern"]
+    assert (re.fullmatch(pattern, text) is not None) == (instance_filters.TimeField().parse(text) is not None)
+
+
+@pytest.mark.parametrize(
+    ("text", "valid"),
+    [
+        ("2024-02-29T00:00:00Z", True),
+        ("2000-02-29T00:00:00+01:00", True),
+        ("2100-02-29T00:00:00Z", False),
+        ("2026-04-31T00:00:00Z", False),
+        ("0000-01-01T00:00:00Z", False),
+        ("2026-12-31T23:59:60Z", False),
+        ("2026-01-01T24:00:00Z", False),
+        ("2026-01-01T00:00:00.1234567Z", False),
+        ("2026-01-01T00:00:00+24:00", False),
+    ],
+)
+def test_the_time_filter_pattern_knows_the_calendar(text, valid):
+    assert (re.fullmatch(schema.QUERY_TIME_SCHEMA["pattern"], text) is not None) is valid
+    assert (instance_filters.TimeField().parse(text) is not None) is valid
+
+
+def test_an_assignee_is_valid_in_the_description_exactly_when_it_is_an_actor_id_or_empty(openapi):
+    """The shape the server checks before it looks for the operator (no operator: FAILED_PRECONDITION)."""
+    described = _strict(_field(openapi, "AssignCommand", "assignee"), openapi["components"]["schemas"])
+    for text in ("", "f" * 32, "0123456789abcdef" * 2, "F" * 32, "f" * 31, "f" * 33, "g" * 32, " " + "f" * 31, "bob"):
+        assert jsonschema.Draft7Validator(described).is_valid(text) == (text == "" or is_id(text)), text
+
+
 @pytest.mark.parametrize("pattern", [schema.TEXT_PATTERN, schema.TOKEN_PATTERN, schema.NONBLANK_TEXT_PATTERN])
 def test_every_text_pattern_compiles_in_a_rust_regex_engine(pattern):
     """Clients validate with other engines than Python's: jsonschema_rs (Rust) must compile the pattern."""
     validator = jsonschema_rs.Draft202012Validator({"type": "string", "pattern": pattern})
     assert validator.is_valid("ticket:OPS-1") and not validator.is_valid("a\u202eb")
+
+
+def test_the_time_filter_pattern_compiles_in_a_rust_regex_engine():
+    validator = jsonschema_rs.Draft202012Validator({"type": "string", "pattern": schema.QUERY_TIME_SCHEMA["pattern"]})
+    assert validator.is_valid("2024-02-29T08:00:00Z") and not validator.is_valid("2026-02-29T08:00:00Z")
 
 
 def _field(openapi, component: str, name: str) -> dict:
@@ -554,7 +608,7 @@ def test_every_request_body_states_the_size_depth_and_number_limits(openapi, set
             text = operation["requestBody"]["description"]
             assert str(settings.WEAVE_MAX_BODY_BYTES) in text and f"{limits.MAX_JSON_DEPTH} levels" in text
             assert f"{limits.MAX_NUMBER_CHARS} characters" in text
-            assert "413" in operation["responses"]
+            assert {"411", "413"} <= set(operation["responses"])
 
 
 def test_every_link_names_a_described_operation_and_its_parameters(openapi):

@@ -10,12 +10,13 @@ from weave_sdk import (
     InvalidArgument,
     NotFound,
     RawJSON,
-    WeaveClient,
     WeaveNetworkError,
     WeaveResponseError,
     types,
 )
 from weave_sdk.exactjson import loads
+
+from tests.sdk.mock import WORKFLOW, Server, Waits, client_for
 
 W, S, A, G = "1" * 32, "2" * 32, "3" * 32, "9" * 32
 ITEM = {
@@ -29,27 +30,6 @@ ITEM = {
     "updated_at": "2026-09-18T08:00:01.000500Z",
 }
 PAGE = {"instance_id": W, "revision": "12", "step_id": S, "items": [ITEM]}
-
-
-class Server:
-    """Answers from a list of (status, body text or exception); records every request."""
-
-    def __init__(self, *answers, headers=None):
-        self.answers = list(answers)
-        self.requests = []
-        self.headers = headers or {}
-
-    def __call__(self, request):
-        self.requests.append(request)
-        status, body = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
-        if isinstance(body, Exception):
-            raise body
-        text = body if isinstance(body, str) else json.dumps({"request_id": "a" * 32, "data": body})
-        return httpx.Response(status, text=text, headers={"X-Request-Id": "a" * 32} | self.headers)
-
-
-def client_for(server):
-    return WeaveClient("http://weave.test", "weave_token", transport=httpx.MockTransport(server))
 
 
 @pytest.mark.parametrize(
@@ -175,22 +155,12 @@ def test_an_error_answer_raises_with_code_message_field_request_id_and_status():
 
 
 def test_a_workflow_in_review_decodes_its_review_cause_step_and_time():
-    body = {
-        "id": W,
-        "namespace": "acme",
-        "definition": {"name": "order", "version": 1},
+    body = WORKFLOW | {
         "state": "NEEDS_REVIEW",
-        "paused": False,
-        "revision": "4",
-        "control_revision": "1",
         "review_reason": "the outcome of task x of step charge is unknown (lease expired)",
         "review_cause": "task_outcome_unknown",
         "review_step_key": "charge",
         "review_since": "2026-09-18T08:00:01Z",
-        "created_at": "2026-09-18T08:00:00Z",
-        "updated_at": "2026-09-18T08:00:01Z",
-        "steps": [],
-        "eligibility": {},
     }
     workflow = client_for(Server((200, body))).get_workflow(W)
     assert (workflow.review_cause, workflow.review_step_key) == ("task_outcome_unknown", "charge")
@@ -209,10 +179,10 @@ def test_a_network_error_on_a_read_re_reads_the_same_resource():
 
 
 def test_a_read_that_keeps_failing_raises_a_network_error_after_the_retries():
-    server = Server((0, httpx.ReadTimeout("slow")))
+    server, waits = Server((0, httpx.ReadTimeout("slow"))), Waits()
     with pytest.raises(WeaveNetworkError):
-        client_for(server).get_workflow(W)
-    assert len(server.requests) == 3
+        client_for(server, waits, attempts=3).get_workflow(W)
+    assert len(server.requests) == 3 and len(waits.waited) == 2
 
 
 def test_a_write_is_re_sent_only_with_its_own_idempotency_key():
@@ -235,10 +205,10 @@ def test_a_write_is_re_sent_only_with_its_own_idempotency_key():
 
 
 def test_a_write_without_an_idempotency_key_is_sent_once_and_never_again():
-    server = Server((0, httpx.ConnectError("down")))
+    server, waits = Server((0, httpx.ConnectError("down"))), Waits()
     with pytest.raises(WeaveNetworkError):
-        client_for(server)._send("POST", f"/v1/workflows/{W}/pause", body={"expected_control_revision": "1"})
-    assert len(server.requests) == 1
+        client_for(server, waits).pause_workflow(W, expected_control_revision=1)
+    assert len(server.requests) == 1 and waits.waited == []
 
 
 def test_send_signal_posts_the_command_under_its_key_and_checks_the_workflow():

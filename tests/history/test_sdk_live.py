@@ -1,10 +1,21 @@
 """The SDK end to end against a live server, on rows built with the factories."""
 
 import pytest
-from weave_sdk import InvalidArgument, NotFound, PermissionDenied, RawJSON, WeaveClient
+from django.contrib.auth.models import User
+from weave_sdk import Conflict, InvalidArgument, NotFound, PermissionDenied, RawJSON, Unauthenticated, WeaveClient
 
-from history.models import ActivationState, ApprovalPolicy, AttemptState, InstanceEvent, Scope
+from history.models import (
+    ActivationState,
+    ApprovalPolicy,
+    AttemptState,
+    InstanceEvent,
+    Operator,
+    Scope,
+    WorkflowInstance,
+    WorkflowOperation,
+)
 from tests import states
+from tests.engine.conftest import Engine, task_step
 from tests.factories import (
     AttemptFactory,
     SignalOperationFactory,
@@ -17,6 +28,8 @@ from tests.factories import (
 from tests.recovery import requests as rq
 
 pytestmark = pytest.mark.django_db(transaction=True)
+CONTROLS = ("workflow.pause", "workflow.resume", "workflow.cancel")
+ALICE, BOB = "a1" * 16, "b2" * 16
 
 
 @pytest.fixture
@@ -198,3 +211,98 @@ def test_the_sdk_gets_a_proposal_where_a_policy_holds_the_operation_and_a_second
             state.instance.id, held.data.proposal_id, idempotency_key="sdk-a1", reason="checked"
         )
         assert done.status == 200 and done.data.proposal_id == held.data.proposal_id and done.data.task_id
+
+
+def test_the_sdk_starts_pauses_resumes_and_cancels_an_instance(live_server, issue_token, tenancy):
+    definition = Engine(*tenancy).define([task_step("charge")])
+    command = {"definition": definition.name, "version": definition.version, "input": RawJSON('{"amount":1.10}')}
+    with (
+        _client(live_server, issue_token, Scope.WRITE) as starter,
+        _client(live_server, issue_token, Scope.CONTROL) as controller,
+    ):
+        workflow_id = starter.start_workflow(idempotency_key="sdk-start", command=command).data["id"]
+        started = WorkflowInstance.objects.get(pk=workflow_id)
+        paused = controller.pause_workflow(
+            workflow_id, expected_control_revision=started.control_revision, reason="maintenance window"
+        )
+        assert (paused.id, paused.state, paused.paused) == (workflow_id, "RUNNING", True)
+        assert (paused.control_revision, paused.revision) == (started.control_revision + 1, started.revision + 1)
+        with pytest.raises(Conflict) as stale:
+            controller.resume_workflow(workflow_id, expected_control_revision=started.control_revision)
+        assert (stale.value.code, stale.value.field, stale.value.status) == (
+            "ABORTED",
+            "expected_control_revision",
+            409,
+        )
+        resumed = controller.resume_workflow(workflow_id, expected_control_revision=paused.control_revision)
+        assert resumed.paused is False and resumed.control_revision == paused.control_revision + 1
+        cancelled = controller.cancel_workflow(
+            workflow_id, expected_control_revision=resumed.control_revision, reason="customer withdrew"
+        )
+        assert (cancelled.state, cancelled.stop_kind, cancelled.paused) == ("CANCELLING", "CANCEL", False)
+    stored = WorkflowInstance.objects.get(pk=workflow_id)
+    assert (stored.state, stored.stop_kind, stored.control_revision, stored.revision) == (
+        "CANCELLING",
+        "CANCEL",
+        cancelled.control_revision,
+        cancelled.revision,
+    )
+    controls = WorkflowOperation.objects.filter(workflow_id=workflow_id, action__in=CONTROLS)
+    assert sorted(controls.values_list("action", flat=True)) == sorted(CONTROLS)
+
+
+def test_the_sdk_notes_acknowledges_and_assigns_a_review_without_changing_the_instance(
+    live_server, issue_token, tenancy
+):
+    review = states.task_unknown_state(tenancy)
+    workflow_id, revision = review.instance.id, review.instance.revision
+    user = User.objects.create_user("bob", is_staff=True)
+    Operator.objects.create(user=user, namespace=tenancy[0], actor_id=BOB, queue_access="*")
+    annotator = WeaveClient(live_server.url, issue_token(scopes=[Scope.ANNOTATE], actor_id=ALICE).token)
+    with annotator, _client(live_server, issue_token, Scope.READ) as reader:
+        first = annotator.add_workflow_note(workflow_id, idempotency_key="sdk-n1", text="provider says pending")
+        assert (first.status, first.replayed, first.data.author, first.data.corrects) == (201, False, ALICE, None)
+        again = annotator.add_workflow_note(workflow_id, idempotency_key="sdk-n1", text="provider says pending")
+        assert (again.status, again.replayed, again.data) == (201, True, first.data)
+        second = annotator.add_workflow_note(
+            workflow_id,
+            idempotency_key="sdk-n2",
+            text="provider says PAID, not pending",
+            evidence_ref="ticket:OPS-9",
+            corrects=first.data.id,
+        )
+        assert (second.data.corrects, second.data.evidence_ref) == (first.data.id, "ticket:OPS-9")
+        with pytest.raises(NotFound) as missing:
+            annotator.add_workflow_note(workflow_id, idempotency_key="sdk-n3", text="x", corrects="e" * 32)
+        assert missing.value.field == "corrects"
+
+        acknowledged = annotator.acknowledge_workflow(workflow_id)
+        assert (acknowledged.acknowledged_by, acknowledged.assignee) == (ALICE, None)
+        assigned = annotator.assign_workflow(workflow_id, assignee=BOB)
+        assert (assigned.assignee, assigned.assigned_by, assigned.acknowledged_by) == (BOB, ALICE, ALICE)
+        with pytest.raises(NotFound) as stranger:
+            annotator.assign_workflow(workflow_id, assignee="c" * 32)
+        assert (stranger.value.field, stranger.value.status) == ("assignee", 404)
+
+        pages = list(reader.iter_pages(reader.list_workflow_notes, workflow_id, limit=1))
+        assert [[note.id for note in page.items] for page in pages] == [[second.data.id], [first.data.id]]
+        assert pages[0].items[0] == second.data and pages[0].attention == assigned
+        assert {page.revision for page in pages} == {revision}
+        assert annotator.assign_workflow(workflow_id, assignee="").assignee is None
+    stored = WorkflowInstance.objects.get(pk=workflow_id)
+    assert (stored.state, stored.revision) == ("NEEDS_REVIEW", revision)
+
+
+def test_the_sdk_reads_who_its_token_acts_as(live_server, issue_token):
+    issued = issue_token(scopes=[Scope.READ, Scope.CONTROL], queues=["payments"], actor_id="c" * 32)
+    with WeaveClient(live_server.url, issued.token) as client:
+        me = client.get_credential_self()
+    credential = issued.credential
+    assert (me.credential_id, me.namespace_id, me.actor_id) == (credential.id, credential.namespace_id, "c" * 32)
+    assert (me.scopes, me.queues) == (["workflows:control", "workflows:read"], ["payments"])
+    with _client(live_server, issue_token, Scope.TASKS_WORK) as worker:
+        assert worker.get_credential_self().queues == "*"
+    stranger = WeaveClient(live_server.url, "weave_" + "0" * 16 + "_" + "x" * 43)
+    with stranger, pytest.raises(Unauthenticated) as refused:
+        stranger.get_credential_self()
+    assert refused.value.status == 401

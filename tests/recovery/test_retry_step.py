@@ -5,8 +5,21 @@ import datetime as dt
 import pytest
 
 from core import clock
-from history.models import Activation, Attempt, Gate, PollRound, Step, Task, TaskState, Wait, WorkflowInstance
-from recovery.operations import step_resolve, step_retry
+from engine.runner import runner_settle
+from history.models import (
+    Activation,
+    Attempt,
+    Gate,
+    InboxRecord,
+    PollRound,
+    Signal,
+    Step,
+    Task,
+    TaskState,
+    Wait,
+    WorkflowInstance,
+)
+from recovery.operations import instance_continue, step_resolve, step_retry
 from tests import states
 from tests.recovery import requests as rq
 from tests.recovery.digest import assert_refused
@@ -208,6 +221,30 @@ def test_a_broken_final_signal_wait_of_a_poll_gets_a_new_generation_without_a_ne
     assert (wait.generation, wait.kind, wait.deadline_at) == (2, "POLL_FINAL_SIGNAL", old_wait.deadline_at)
     assert (wait.signal_name, wait.correlation_key) == (old_wait.signal_name, old_wait.correlation_key)
     assert Wait.objects.get(pk=old_wait.pk).state == "SUPERSEDED"
+    states.assert_invariants(state)
+
+
+def test_a_final_signal_buffered_in_review_is_taken_by_the_generation_retry_step_opens(tenancy, recoverer):
+    state = states.poll_final_signal_violation_state(tenancy, later=({"status": "DONE", "ref": "b-1"},))
+    buffered = state.signals[1]
+    assert InboxRecord.objects.get(signal_id=buffered.id).disposition == "BUFFERED"
+    receipt = rq.run(step_retry, recoverer, state, rq.retry(state))
+    # The retry's own transaction: the new generation took the signal, no query was sent.
+    activation = Activation.objects.get(pk=receipt.data["activation_id"])
+    wait, buffered = Wait.objects.get(pk=activation.wait_id), Signal.objects.get(pk=buffered.pk)
+    assert (wait.generation, wait.kind, wait.state, wait.winner_signal_id) == (
+        2,
+        "POLL_FINAL_SIGNAL",
+        "SATISFIED",
+        buffered.id,
+    )
+    assert (buffered.state, buffered.consumed_wait_id) == ("CONSUMED", wait.id)
+    assert (activation.state, Step.objects.get(pk=state.step.pk).state) == ("SUCCEEDED", "SUCCEEDED")
+    assert "task_id" not in receipt.data and Task.objects.filter(source_instance=state.instance).count() == 1
+    assert WorkflowInstance.objects.get(pk=state.instance.pk).state == "NEEDS_REVIEW"
+    rq.run(instance_continue, recoverer, state, rq.continue_(state), key="continue")
+    runner_settle()
+    assert WorkflowInstance.objects.get(pk=state.instance.pk).state == "SUCCEEDED"
     states.assert_invariants(state)
 
 

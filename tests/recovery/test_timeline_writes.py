@@ -42,6 +42,11 @@ EXPECTED = {
         ("wait.state", "approval", "NEEDS_REVIEW", "SUPERSEDED", "", "client"),
         ("activation.state", "approval", "NEEDS_REVIEW", "SUPERSEDED", "", "client"),
         ("step.state", "approval", "NEEDS_REVIEW", "WAITING", "", "client"),
+        # The new generation takes the signal buffered while the wait was in review, in the same transaction.
+        ("step.state", "approval", "WAITING", "SUCCEEDED", "", "client"),
+        ("activation.state", "approval", "WAITING", "SUCCEEDED", "", "client"),
+        ("wait.state", "approval", "WAITING", "SATISFIED", "", "client"),
+        ("signal.state", "approval", "PENDING", "CONSUMED", "", "client"),
         ("audit.created", "approval", "", "", "workflow.rearm_wait", "client"),
     ],
     "rearm-wait-timer": [

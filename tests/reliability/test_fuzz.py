@@ -1,7 +1,7 @@
 """Fuzzed API inputs: every bad command field, header, path segment and query parameter answers a 4xx in the
 error envelope, names the field it blames and writes nothing.
 
-The expected answers come from the rules as the README states them (ids, step keys, revisions, limits),
+The expected answers come from the rules as docs/api.md states them (ids, step keys, revisions, limits),
 written here independently of the product's validators. Requests carry valid credentials and target a real
 instance in review, so every check runs past authentication; the recovery tests end by sending the unmutated
 commands, which must commit.

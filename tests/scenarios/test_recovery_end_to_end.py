@@ -17,7 +17,7 @@ from engine.handlers import claim_execute
 from engine.runner import runner_settle
 from engine.signals import signal_accept
 from engine.worker import task_claim
-from history.models import Activation, Namespace, PollRound, Scope, Step, Task, WorkflowInstance
+from history.models import Activation, InboxRecord, Namespace, PollRound, Scope, Signal, Step, Task, WorkflowInstance
 from recovery.operations import OPERATIONS
 
 pytestmark = pytest.mark.django_db
@@ -80,6 +80,24 @@ class Scenarios:
             execution_settled=True,
             conclusion="SUCCEEDED",
             result=result,
+        )
+
+    def approve(self, reason: str) -> None:
+        """The customer's valid ``approval`` signal for the signal_rearm scenario, as a client sends it."""
+        instance = self.instance("signal_rearm")
+        self.keys += 1
+        signal_accept(
+            identity=self.operator,
+            instance_id=instance.id,
+            command={
+                "name": "approval",
+                "payload_version": "v1",
+                "payload": {"approved": True},
+                "correlation_key": instance.business_key,
+                "target_step_key": "approve",
+                "reason": reason,
+            },
+            idempotency_key=f"e2e-{self.keys}",
         )
 
     def work(self, queue: str) -> Task | None:
@@ -206,24 +224,28 @@ def test_signal_wait_rearmed_before_its_deadline_is_won_by_a_new_signal(demo):
     assert new.wait.generation == old_activation.wait.generation + 1
     assert new.wait.deadline_at == old_activation.wait.deadline_at
     demo.decide("signal_rearm", "continue", review_resolved=True)
-    instance = demo.instance("signal_rearm")
-    signal_accept(
-        identity=demo.operator,
-        instance_id=instance.id,
-        command={
-            "name": "approval",
-            "payload_version": "v1",
-            "payload": {"approved": True},
-            "correlation_key": instance.business_key,
-            "target_step_key": "approve",
-            "reason": "approved by the customer",
-        },
-        idempotency_key="e2e-signal",
-    )
+    demo.approve("approved by the customer")
     runner_settle()
     assert demo.instance("signal_rearm").state == "SUCCEEDED"
     new.wait.refresh_from_db()
     assert new.wait.state == "SATISFIED" and new.wait.winner_signal.consumed_wait_id == new.wait.id
+    _clean()
+
+
+def test_signal_accepted_while_the_wait_is_in_review_is_taken_by_the_rearmed_wait(demo):
+    demo.approve("approved by the customer while the wait was in review")
+    runner_settle()
+    instance = demo.instance("signal_rearm")
+    record = InboxRecord.objects.get(source_id=Signal.objects.get(workflow=instance, state="PENDING").id)
+    assert (record.state, record.disposition) == ("CONSUMED", "BUFFERED")
+    receipt = demo.decide("signal_rearm", "rearm-wait", wait_verified=True, **demo.step_decision("signal_rearm"))
+    new = Activation.objects.get(id=receipt.data["activation_id"])  # read before any runner pass
+    assert (new.wait.generation, new.wait.state, new.state) == (2, "SATISFIED", "SUCCEEDED")
+    winner = new.wait.winner_signal
+    assert (winner.state, winner.consumed_wait_id, winner.id) == ("CONSUMED", new.wait.id, record.source_id)
+    assert demo.decide("signal_rearm", "continue", review_resolved=True).data["state"] == "RUNNING"
+    runner_settle()
+    assert demo.instance("signal_rearm").state == "SUCCEEDED"
     _clean()
 
 

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from engine.incidents import incidents_resolve
+from engine.incidents import incident_line, incidents_open, incidents_resolve
 from history.models import Incident
 
 
@@ -22,12 +22,8 @@ class Command(BaseCommand):
             closed = incidents_resolve(ids=ids)
             self.stdout.write(f"resolved {closed} incident(s)")
             return
-        rows = Incident.objects.filter(resolved_at__isnull=True).order_by("-last_seen_at")
         count = 0
-        for row in rows.iterator():
+        for row in incidents_open().iterator():
             count += 1
-            self.stdout.write(
-                f"{row.id} {row.duty} {row.item_kind} {row.item_id} instance={row.instance_id or '-'}"
-                f" {row.error_class} count={row.count} last_seen={row.last_seen_at.isoformat()}"
-            )
+            self.stdout.write(incident_line(row))
         self.stdout.write(f"incidents: {count} open")
