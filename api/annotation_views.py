@@ -8,12 +8,13 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from api import openapi, presenters, schema
+from api import schema
 from api.engine_views import ReadWriteView
 from api.history_views import next_cursor
 from api.params import list_params, path_id
 from api.permissions import scope_required
 from api.rendering import receipt_response
+from api.resources import notes
 from core import fields
 from core.request_id import request_id_of
 from engine.commands import id_argument
@@ -35,20 +36,20 @@ class WorkflowNotesView(ReadWriteView):
         operation_id="list_workflow_notes",
         summary="Notes on the workflow, newest first, and who acknowledged and is assigned to its current review",
         parameters=[schema.WORKFLOW_ID, *schema.PAGE_PARAMETERS],
-        responses=schema.responses(schema.NotePage),
+        responses=schema.responses(notes.NotePage),
     )
     def get(self, request, id):
         parents = [path_id(id, field="id")]
         limit, after = list_params(request.query_params, kind=NOTES, parents=parents)
         result = note_list(identity=request.auth, instance_id=id, after=after, limit=limit)
-        return Response(presenters.note_page(result, next_cursor=next_cursor(result.page, kind=NOTES, parents=parents)))
+        return Response(notes.note_page(result, next_cursor=next_cursor(result.page, kind=NOTES, parents=parents)))
 
     @extend_schema(
         operation_id="add_workflow_note",
         summary="Add a note (append-only: correct one by adding a note naming it); changes no state or revision",
-        parameters=[schema.WORKFLOW_ID, *openapi.idempotency_key(status=201)],
-        request=openapi.NoteCommand,
-        responses=schema.responses(schema.NoteItem, status=201, errors=openapi.NOTE_ERRORS),
+        parameters=[schema.WORKFLOW_ID, *schema.idempotency_key(status=201)],
+        request=notes.NoteCommand,
+        responses=schema.responses(notes.NoteItem, status=201, errors=notes.NOTE_ERRORS),
     )
     def post(self, request, id):
         receipt = note_add(
@@ -71,8 +72,8 @@ class WorkflowAcknowledgeView(APIView):
         summary="Acknowledge the instance's current review (a second acknowledgement changes nothing); "
         "changes no state or revision",
         parameters=[schema.WORKFLOW_ID],
-        request=openapi.AcknowledgeCommand,
-        responses=schema.responses(schema.Attention, errors=openapi.ATTENTION_ERRORS),
+        request=notes.AcknowledgeCommand,
+        responses=schema.responses(notes.Attention, errors=notes.ATTENTION_ERRORS),
     )
     def post(self, request, id):
         instance_id = id_argument(id, "id")
@@ -90,8 +91,8 @@ class WorkflowAssignView(APIView):
         operation_id="assign_workflow",
         summary="Assign the instance's current review to an operator, or unassign it; changes no state or revision",
         parameters=[schema.WORKFLOW_ID],
-        request=openapi.AssignCommand,
-        responses=schema.responses(schema.Attention, errors=openapi.ASSIGN_ERRORS),
+        request=notes.AssignCommand,
+        responses=schema.responses(notes.Attention, errors=notes.ASSIGN_ERRORS),
     )
     def post(self, request, id):
         instance_id = id_argument(id, "id")

@@ -8,24 +8,24 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from api import openapi, presenters, schema
+from api import schema
 from api.history_views import next_cursor
 from api.instance_filters import instance_query
 from api.params import list_params, page_params, path_id
 from api.permissions import Authenticated, scope_required
 from api.rendering import receipt_response
-from core import exactjson
+from api.resources import instances, signals, tasks
 from core.errors import InvalidArgument
 from core.request_id import request_id_of
-from core.times import format_optional_time, format_time
 from engine.commands import id_argument
 from engine.instances import instance_cancel, instance_pause, instance_resume, instance_start
 from engine.signals import signal_accept
 from engine.worker import task_claim, task_complete, task_heartbeat
 from history import idempotency
 from history.models import InstanceState, ReviewCause, Scope, StopKind
-from history.selectors import instance_list, signals
+from history.selectors import instance_list
 from history.selectors.instance_list import ORDERS
+from history.selectors.signals import SIGNALS, signal_list
 from history.tenancy import is_name
 
 
@@ -52,10 +52,10 @@ class WorkflowsView(ReadWriteView):
     @extend_schema(
         operation_id="list_workflows",
         summary="Visible instances matching every filter, newest first by the order key (never counted)",
-        parameters=schema.workflow_query_parameters(
+        parameters=instances.workflow_query_parameters(
             states=InstanceState.values, causes=ReviewCause.values, stop_kinds=StopKind.values, orders=list(ORDERS)
         ),
-        responses=schema.responses(schema.InstancePage, errors=schema.QUERY_ERRORS),
+        responses=schema.responses(instances.InstancePage, errors=instances.QUERY_ERRORS),
     )
     def get(self, request):
         params = request.query_params
@@ -64,14 +64,14 @@ class WorkflowsView(ReadWriteView):
         parents = [request.auth.namespace_id, query.binding()]
         limit, after = page_params(params, kind=kind, parents=parents)
         page = instance_list.instance_list(identity=request.auth, query=query, after=after, limit=limit)
-        return Response(presenters.instance_page(page, next_cursor=next_cursor(page, kind=kind, parents=parents)))
+        return Response(instances.instance_page(page, next_cursor=next_cursor(page, kind=kind, parents=parents)))
 
     @extend_schema(
         operation_id="start_workflow",
         summary="Start an instance of a definition",
-        parameters=openapi.idempotency_key(status=201),
-        request=openapi.StartCommand,
-        responses=schema.responses(openapi.InstanceSummary, status=201, errors=openapi.START_ERRORS),
+        parameters=schema.idempotency_key(status=201),
+        request=instances.StartCommand,
+        responses=schema.responses(instances.InstanceSummary, status=201, errors=instances.START_ERRORS),
     )
     def post(self, request):
         receipt = instance_start(
@@ -92,21 +92,21 @@ class WorkflowSignalsView(ReadWriteView):
         operation_id="list_workflow_signals",
         summary="Signals of the workflow, newest accepted first",
         parameters=[schema.WORKFLOW_ID, *schema.PAGE_PARAMETERS],
-        responses=schema.responses(schema.SignalPage),
+        responses=schema.responses(signals.SignalPage),
     )
     def get(self, request, id):
         parents = [path_id(id, field="id")]
-        limit, after = list_params(request.query_params, kind=signals.SIGNALS, parents=parents)
-        result = signals.signal_list(identity=request.auth, instance_id=id, after=after, limit=limit)
-        cursor = next_cursor(result.page, kind=signals.SIGNALS, parents=parents)
-        return Response(presenters.signal_page(result, next_cursor=cursor))
+        limit, after = list_params(request.query_params, kind=SIGNALS, parents=parents)
+        result = signal_list(identity=request.auth, instance_id=id, after=after, limit=limit)
+        cursor = next_cursor(result.page, kind=SIGNALS, parents=parents)
+        return Response(signals.signal_page(result, next_cursor=cursor))
 
     @extend_schema(
         operation_id="signal_workflow",
         summary="Accept a signal for a SIGNAL step (or a POLL step's final signal)",
-        parameters=[schema.WORKFLOW_ID, *openapi.idempotency_key(status=201)],
-        request=openapi.SignalCommand,
-        responses=schema.responses(openapi.SignalAccepted, status=201, errors=openapi.SIGNAL_ERRORS),
+        parameters=[schema.WORKFLOW_ID, *schema.idempotency_key(status=201)],
+        request=signals.SignalCommand,
+        responses=schema.responses(signals.SignalAccepted, status=201, errors=signals.SIGNAL_ERRORS),
     )
     def post(self, request, id):
         receipt = signal_accept(
@@ -128,8 +128,8 @@ def _control_view(service, doc: str):
             operation_id=f"{service.__name__.removeprefix('instance_')}_workflow",
             summary=service.__doc__.splitlines()[0],
             parameters=[schema.WORKFLOW_ID],
-            request=openapi.ControlCommand,
-            responses=schema.responses(openapi.InstanceSummary, errors=openapi.CONTROL_ERRORS),
+            request=instances.ControlCommand,
+            responses=schema.responses(instances.InstanceSummary, errors=instances.CONTROL_ERRORS),
         )
         def post(self, request, id):
             answer = service(
@@ -157,41 +157,15 @@ class QueueClaimView(APIView):
     @extend_schema(
         operation_id="claim_queue_task",
         summary="Lease the highest-priority claimable task of a queue; claimed false when there is none",
-        parameters=[openapi.QUEUE],
-        request=openapi.ClaimCommand,
-        responses=schema.responses(openapi.Claim, errors=openapi.CLAIM_ERRORS),
+        parameters=[tasks.QUEUE],
+        request=tasks.ClaimCommand,
+        responses=schema.responses(tasks.Claim, errors=tasks.CLAIM_ERRORS),
     )
     def post(self, request, queue):
         if not is_name(queue):
             raise InvalidArgument("queue must be a queue name", field="queue")
         claim = task_claim(identity=request.auth, queue_name=queue, command=request.data)
-        if claim is None:
-            return Response({"claimed": False})
-        task, attempt = claim.task, claim.attempt
-        data = {
-            "claimed": True,
-            "task": {
-                "id": task.id,
-                "handler": task.handler,
-                "priority": task.priority,
-                "input": exactjson.Raw(task.input),
-                "business_key": task.business_key,
-                "concurrency_key": task.concurrency_key,
-                "revision": str(task.revision),
-                "attempt_count": task.attempt_count,
-                "max_attempts": task.max_attempts,
-            },
-            "attempt": {
-                "id": attempt.id,
-                "number": attempt.number,
-                "lease_expires_at": format_optional_time(attempt.lease_expires_at),
-            },
-        }
-        if task.source_round is not None:
-            data["task"]["round"] = task.source_round
-        if task.deadline_at is not None:
-            data["task"]["deadline_at"] = format_time(task.deadline_at)
-        return Response(data)
+        return Response(tasks.claim(claim))
 
 
 class TaskHeartbeatView(APIView):
@@ -202,21 +176,13 @@ class TaskHeartbeatView(APIView):
     @extend_schema(
         operation_id="heartbeat_task",
         summary="Extend the lease of a RUNNING attempt (never shortens it)",
-        parameters=[openapi.TASK_ID],
-        request=openapi.HeartbeatCommand,
-        responses=schema.responses(openapi.Heartbeat, errors=openapi.ATTEMPT_ERRORS),
+        parameters=[tasks.TASK_ID],
+        request=tasks.HeartbeatCommand,
+        responses=schema.responses(tasks.Heartbeat, errors=tasks.ATTEMPT_ERRORS),
     )
     def post(self, request, task_id):
         beat = task_heartbeat(identity=request.auth, task_id=id_argument(task_id, "task_id"), command=request.data)
-        attempt = beat.attempt
-        return Response(
-            {
-                "task_id": attempt.task_id,
-                "attempt_id": attempt.id,
-                "lease_expires_at": format_optional_time(attempt.lease_expires_at),
-                "late": beat.late,
-            }
-        )
+        return Response(tasks.heartbeat(beat))
 
 
 class TaskCompleteView(APIView):
@@ -227,20 +193,10 @@ class TaskCompleteView(APIView):
     @extend_schema(
         operation_id="complete_task",
         summary="Finish a RUNNING attempt with SUCCEEDED or FAILED (retryable?)",
-        parameters=[openapi.TASK_ID],
-        request=openapi.CompleteCommand,
-        responses=schema.responses(openapi.Completion, errors=openapi.ATTEMPT_ERRORS),
+        parameters=[tasks.TASK_ID],
+        request=tasks.CompleteCommand,
+        responses=schema.responses(tasks.Completion, errors=tasks.ATTEMPT_ERRORS),
     )
     def post(self, request, task_id):
         completion = task_complete(identity=request.auth, task_id=id_argument(task_id, "task_id"), command=request.data)
-        task = completion.task
-        return Response(
-            {
-                "task_id": task.id,
-                "state": task.state,
-                "revision": str(task.revision),
-                "attempt_count": task.attempt_count,
-                "max_attempts": task.max_attempts,
-                "late": completion.late,
-            }
-        )
+        return Response(tasks.completion(completion))

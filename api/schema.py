@@ -1,25 +1,21 @@
-"""OpenAPI description of the history read API: the envelope, every body and every error.
+"""The shared vocabulary of the OpenAPI description: fields, commands, the envelope, errors, parameters, links.
 
-These serializers only document; ``api.presenters`` writes the bodies. A field
+Each resource describes its bodies beside the presenter that writes them (``api.resources``). A field
 declared ``required=False`` is absent when it has no value (never null); the contract tests
-validate real responses against this schema, so the two cannot drift apart. The engine and
-recovery describe their POST endpoints with the same envelope, fields and helpers.
+validate real responses against the served schema, so the two cannot drift apart.
 """
 
 import functools
 import re
 from collections.abc import Iterable, Mapping
 
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiSerializerExtension
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_field
 from rest_framework import serializers
 
 from api.params import DEFAULT_LIMIT, MAX_LIMIT
 from core import limits
-from core.ids import ID_PATTERN, MAX_UINT32, MAX_UINT64, ROOT_STEP_KEY, STEP_KEY_PATTERN
-from history.events import KINDS, SUBJECT_TYPES
-from history.models import ReviewCause
-from history.selectors.events import MAX_SEQUENCE, ORDERS
+from core.ids import ID_PATTERN, MAX_UINT32, MAX_UINT64, STEP_KEY_PATTERN
 from history.selectors.pagination import MAX_CURSOR_BYTES
 
 
@@ -150,19 +146,6 @@ class TimeField(serializers.CharField):
     pass
 
 
-@extend_schema_field(
-    {
-        "type": "string",
-        "enum": list(ReviewCause.values),
-        "description": "why the instance entered review: "
-        + "; ".join(f"{cause.value}: {cause.label}" for cause in ReviewCause),
-    },
-    component_name="ReviewCause",
-)
-class ReviewCauseField(serializers.CharField):
-    pass
-
-
 JSON_RULES = (
     f"nested at most {limits.MAX_JSON_DEPTH} levels, number literals of at most {limits.MAX_NUMBER_CHARS} "
     "characters, no lone surrogate in any string or key, at most WEAVE_MAX_JSON_BYTES as UTF-8 (256 KiB by default)"
@@ -182,13 +165,49 @@ class NotNullJSONField(ExactJSONField):
         super().__init__(help_text=f"any JSON value but null{', ' if help_text else ''}{help_text}", **kwargs)
 
 
-@extend_schema_field({"type": "object", "nullable": True, "additionalProperties": True})
-class SnapshotField(serializers.JSONField):
-    pass
-
-
 def u32(*, min_value: int = 0, **kwargs) -> serializers.IntegerField:
     return serializers.IntegerField(min_value=min_value, max_value=MAX_UINT32, **kwargs)
+
+
+@functools.cache
+def _only(values: tuple, base: type[serializers.Field]) -> type[serializers.Field]:
+    # One class per component: the same values in two commands are one component.
+    kind = "boolean" if base is serializers.BooleanField else "string"
+    field = type("Only" + "Or".join(str(value).title() for value in values), (base,), {})
+    return extend_schema_field({"type": kind, "enum": list(values)}, component_name=field.__name__)(field)
+
+
+def only(*values, base: type[serializers.Field] = serializers.CharField, **kwargs) -> serializers.Field:
+    """A field whose only valid values are ``values`` (one variant of a command)."""
+    return _only(values, base)(**kwargs)
+
+
+def reason(**kwargs) -> serializers.CharField:
+    return text_field(max_length=limits.MAX_REASON, **kwargs)
+
+
+def evidence_ref(**kwargs) -> serializers.CharField:
+    return token_field(max_length=limits.MAX_EVIDENCE_REF, help_text="never dereferenced", **kwargs)
+
+
+# ---- commands ------------------------------------------------------------------------------------
+
+
+class Command(serializers.Serializer):
+    """A command body: a JSON object whose unknown keys are refused (400 naming the key)."""
+
+
+class ClosedCommand(OpenApiSerializerExtension):
+    target_class = Command
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema, direction):
+        return auto_schema._map_serializer(self.target, direction, bypass_extensions=True) | {
+            "additionalProperties": False
+        }
+
+
+# ---- the envelope and the errors -----------------------------------------------------------------
 
 
 class ErrorBody(serializers.Serializer):
@@ -253,6 +272,18 @@ def responses(
     }
 
 
+AUTH_ERRORS = {401: UNAUTHENTICATED, 403: PERMISSION_DENIED}
+UNAVAILABLE_ERRORS = {503: UNAVAILABLE}
+BODY_REFUSALS = {411: LENGTH_REQUIRED, 413: TOO_LARGE}
+WORKFLOW_NOT_FOUND = (
+    "NOT_FOUND: the workflow is not in the caller's namespace or a queue of its definition is not accessible"
+)
+KEY_REUSED = "ALREADY_EXISTS: this Idempotency-Key was used for another command"
+
+
+# ---- parameters ----------------------------------------------------------------------------------
+
+
 def path_parameter(name: str, description: str, pattern: re.Pattern) -> OpenApiParameter:
     return OpenApiParameter(
         name, str, OpenApiParameter.PATH, description=description, pattern=f"^{pattern.pattern}$", required=True
@@ -293,6 +324,7 @@ ACTIVATION_ID = path_parameter("activation", "activation id", ID_PATTERN)
 SIGNAL_ID = path_parameter("signal", "signal id", ID_PATTERN)
 OPERATION_ID = path_parameter("operation", "the SignalOperation row's own id (not its operation_id)", ID_PATTERN)
 TASK_ID = path_parameter("task", "task id", ID_PATTERN)
+INSTANCE_ID = path_parameter("instance_id", "workflow instance id", ID_PATTERN)
 # A cursor is Django-signed text: URL-safe base64, "." and ":" only.
 CURSOR_PATTERN = "^[A-Za-z0-9_.:-]+$"
 PAGE_PARAMETERS = [
@@ -308,409 +340,7 @@ PAGE_PARAMETERS = [
     ),
 ]
 
-EVENT_FILTERS = ("kind", "step_key", "after_sequence", "order")
-EVENT_FILTER_PARAMETERS = [
-    OpenApiParameter(
-        "kind",
-        {"type": "array", "items": {"type": "string", "enum": list(KINDS)}},
-        style="form",
-        explode=True,
-        description="only events of these kinds; repeat the parameter for several",
-    ),
-    OpenApiParameter(
-        "step_key",
-        {"type": "string", "pattern": f"^(?:{re.escape(ROOT_STEP_KEY)}|{STEP_KEY_PATTERN.pattern})$"},
-        description="only events of this step (a step key of the definition, or $root)",
-    ),
-    OpenApiParameter(
-        "after_sequence",
-        {"type": "integer", "minimum": 0, "maximum": MAX_SEQUENCE},
-        description="only events after this sequence; decimal without sign or leading zero",
-    ),
-    OpenApiParameter(
-        "order",
-        {"type": "string", "enum": list(ORDERS)},
-        description="by sequence: asc (default, oldest first) or desc; a cursor is bound to the filters and order",
-    ),
-]
-
-
-class TaskSummary(serializers.Serializer):
-    id = IdField()
-    state = serializers.CharField()
-    revision = RevisionField()
-    attempt_count = u32()
-    max_attempts = u32()
-
-
-class ActivationItem(serializers.Serializer):
-    id = IdField()
-    step_id = IdField()
-    sequence = u32()
-    state = serializers.CharField()
-    revision = RevisionField()
-    task_id = IdField(required=False, help_text="TASK activations only")
-    created_at = TimeField()
-    updated_at = TimeField()
-    completed_at = TimeField(required=False)
-
-
-class CurrentActivation(ActivationItem):
-    task = TaskSummary(required=False, help_text="TASK: its task; POLL: the query task of the last round")
-
-
-class StepView(serializers.Serializer):
-    id = IdField()
-    key = serializers.CharField()
-    kind = serializers.CharField()
-    state = serializers.CharField()
-    revision = RevisionField()
-    current_activation_id = IdField(required=False)
-    resolution = serializers.JSONField(required=False)
-    current_activation = CurrentActivation(required=False)
-
-
-class ActivationPage(serializers.Serializer):
-    instance_id = IdField()
-    revision = RevisionField(help_text="the instance revision when this page was read")
-    step_id = IdField()
-    current_activation_id = IdField(required=False)
-    items = ActivationItem(many=True)
-    next_cursor = serializers.CharField(required=False)
-
-
-class PollSection(serializers.Serializer):
-    first_round = u32()
-    first_round_attempts_used = u32()
-    used_rounds = u32()
-    max_rounds = u32()
-    attempts_per_round = u32()
-    interval_seconds = u32()
-    poll_deadline_at = TimeField()
-    round_deadline_at = TimeField()
-    last_task_id = IdField(required=False)
-    next_round_at = TimeField(required=False)
-    last_round_classification = serializers.CharField(required=False)
-
-
-class WaitSection(serializers.Serializer):
-    id = IdField()
-    kind = serializers.CharField()
-    generation = u32()
-    state = serializers.CharField()
-    deadline_at = TimeField()
-    fire_at = TimeField(required=False)
-    winner_signal_id = IdField(required=False)
-
-
-class ActivationDetail(serializers.Serializer):
-    instance_id = IdField()
-    revision = RevisionField()
-    step = StepView(help_text="the logical step's current view")
-    activation = ActivationItem(help_text="the requested activation")
-    input = ExactJSONField()
-    output = ExactJSONField(required=False, help_text="absent when there is none; null when explicitly null")
-    poll = PollSection(required=False)
-    wait = WaitSection(required=False)
-
-
-class PollRoundItem(serializers.Serializer):
-    id = IdField()
-    activation_id = IdField()
-    round = u32()
-    task_id = IdField()
-    created_at = TimeField()
-
-
-class PollRoundPage(serializers.Serializer):
-    instance_id = IdField()
-    revision = RevisionField()
-    activation_id = IdField()
-    items = PollRoundItem(many=True)
-    next_cursor = serializers.CharField(required=False)
-
-
-class SignalItem(serializers.Serializer):
-    id = IdField()
-    workflow_id = IdField()
-    revision = RevisionField()
-    name = serializers.CharField()
-    payload_version = serializers.CharField(allow_blank=True, help_text='"" on legacy rows')
-    target_step_key = serializers.CharField()
-    target_activation_sequence = u32(help_text="0 on legacy rows")
-    state = serializers.CharField()
-    accepted_at = TimeField()
-    expires_at = TimeField()
-    disposition = serializers.CharField(required=False)
-
-
-class SignalPage(serializers.Serializer):
-    workflow_id = IdField()
-    revision = RevisionField()
-    items = SignalItem(many=True)
-    next_cursor = serializers.CharField(required=False)
-
-
-class SignalDetail(SignalItem):
-    payload = ExactJSONField()
-    correlation_key = serializers.CharField(allow_blank=True)
-    actor_id = IdField()
-    evidence_ref = serializers.CharField(required=False)
-    consumed_wait_id = IdField(required=False)
-
-
-class SignalOperationItem(serializers.Serializer):
-    id = IdField()
-    workflow_id = IdField()
-    signal_id = IdField()
-    operation_id = IdField()
-    actor_id = IdField()
-    action = serializers.CharField()
-    created_at = TimeField()
-
-
-class SignalOperationPage(serializers.Serializer):
-    items = SignalOperationItem(many=True)
-    next_cursor = serializers.CharField(required=False)
-
-
-class SignalOperationDetail(SignalOperationItem):
-    reason = serializers.CharField()
-    evidence_ref = serializers.CharField(required=False)
-    before = SnapshotField(help_text="null for an acceptance")
-    after = schema_field(
-        {"type": "object", "additionalProperties": True},
-        serializers.JSONField,
-        help_text="the acceptance snapshot, never rewritten (never null)",
-    )
-
-
-class WorkflowOperationItem(serializers.Serializer):
-    id = IdField()
-    workflow_id = IdField()
-    operation_id = IdField()
-    actor_id = IdField()
-    action = serializers.CharField()
-    step_key = serializers.CharField(required=False)
-    activation_id = IdField(required=False)
-    execution_audit_id = IdField(required=False)
-    reason = serializers.CharField()
-    evidence_ref = serializers.CharField(required=False)
-    before = SnapshotField()
-    after = SnapshotField()
-    created_at = TimeField()
-
-
-class WorkflowOperationPage(serializers.Serializer):
-    workflow_id = IdField()
-    revision = RevisionField()
-    items = WorkflowOperationItem(many=True)
-    next_cursor = serializers.CharField(required=False)
-
-
-class EventSubject(serializers.Serializer):
-    type = serializers.ChoiceField(choices=sorted(set(SUBJECT_TYPES.values())))
-    id = IdField()
-    step_key = serializers.CharField(required=False, help_text="absent for instance-wide subjects; $root included")
-
-
-class EventActor(serializers.Serializer):
-    kind = serializers.CharField(help_text="engine, worker, client or operator")
-    id = serializers.CharField(required=False, help_text="the worker id or actor id; absent for the engine")
-
-
-class EventLinks(serializers.Serializer):
-    workflow = serializers.CharField(required=False, help_text="instance events: the instance")
-    activations = serializers.CharField(required=False, help_text="step events: the step's activations")
-    activation = serializers.CharField(required=False, help_text="the activation of the subject (or the subject)")
-    task = serializers.CharField(required=False, help_text="the execution history of the subject's task")
-    signal = serializers.CharField(required=False, help_text="the signal of the subject (or the subject)")
-    signal_operation = serializers.CharField(required=False, help_text="a signal audit record")
-    operations = serializers.CharField(required=False, help_text="a workflow audit record: the workflow audit")
-
-
-class EventItem(serializers.Serializer):
-    sequence = serializers.IntegerField(min_value=1, max_value=MAX_SEQUENCE, help_text="gap-free per instance")
-    kind = serializers.ChoiceField(choices=list(KINDS))
-    subject = EventSubject()
-    before = serializers.CharField(required=False, help_text="the subject's state before; absent for a creation")
-    after = serializers.CharField(required=False, help_text="the subject's state after; absent without a state")
-    detail = serializers.CharField(
-        required=False, help_text="review cause, inbox disposition, result kind (or LATE) or audit action"
-    )
-    actor = EventActor()
-    operation_id = IdField(required=False)
-    audit_id = IdField(required=False)
-    reconstructed = serializers.BooleanField(help_text="rebuilt from the rows that existed before the timeline")
-    created_at = TimeField()
-    links = EventLinks(help_text="paths of the detail reads; no payload is part of an event")
-
-
-class EventPage(serializers.Serializer):
-    workflow_id = IdField()
-    revision = RevisionField()
-    items = EventItem(many=True)
-    next_cursor = serializers.CharField(required=False)
-
-
-class DefinitionRef(serializers.Serializer):
-    name = serializers.CharField()
-    version = u32()
-
-
-class InstanceDetail(serializers.Serializer):
-    id = IdField()
-    namespace = serializers.CharField(help_text="namespace name")
-    definition = DefinitionRef()
-    state = serializers.CharField()
-    paused = serializers.BooleanField()
-    stop_kind = serializers.CharField(required=False)
-    revision = RevisionField()
-    control_revision = RevisionField()
-    deadline_at = TimeField(required=False)
-    review_reason = serializers.CharField(required=False)
-    review_cause = ReviewCauseField(required=False, help_text="present while the instance is in review")
-    review_step_key = StepKeyField(
-        required=False, help_text="the step the review concerns; absent for a cause that concerns the whole instance"
-    )
-    review_since = TimeField(required=False, help_text="when the instance entered review; present while in review")
-    created_at = TimeField()
-    updated_at = TimeField()
-    completed_at = TimeField(required=False)
-    steps = StepView(many=True, help_text="every step of the fixed definition, in its order ($root excluded)")
-    eligibility = serializers.DictField(help_text="which recovery operations are possible now, and why not")
-
-
-class LateEvidence(serializers.Serializer):
-    event_id = IdField(help_text="the late RESULT event in the task's result stream")
-    seq = u32()
-    outcome = serializers.CharField(help_text="SUCCEEDED or FAILED, as the worker reported it")
-    result = ExactJSONField(required=False)
-    recorded_at = TimeField()
-
-
-class AttemptItem(serializers.Serializer):
-    id = IdField()
-    number = u32()
-    worker = serializers.CharField()
-    state = serializers.CharField()
-    started_at = TimeField()
-    lease_expires_at = TimeField(required=False)
-    finished_at = TimeField(required=False)
-    result = ExactJSONField(required=False)
-    late_evidence = LateEvidence(
-        required=False,
-        help_text="the completion its worker reported after the lease was lost: recorded, never applied",
-    )
-
-
-class LateEvidenceItem(LateEvidence):
-    attempt_id = IdField(required=False, help_text="the attempt whose worker reported it after losing the lease")
-
-
-_WORKFLOW_PATH = f"/v1/workflows/{ID_PATTERN.pattern}"
-_ACTIVATION_PATH = f"{_WORKFLOW_PATH}/steps/{STEP_KEY_PATTERN.pattern}/activations/{ID_PATTERN.pattern}"
-
-
-def link_field(path: str, description: str, **kwargs) -> serializers.CharField:
-    """A path of this API (relative to the server), described by its exact pattern."""
-    return schema_field({"type": "string", "pattern": f"^{path}$", "description": description}, **kwargs)
-
-
-class TaskLinks(serializers.Serializer):
-    instance = link_field(_WORKFLOW_PATH, "the instance detail (get_workflow)")
-    activation = link_field(_ACTIVATION_PATH, "the source activation (get_workflow_activation)")
-    task = link_field(f"{_WORKFLOW_PATH}/tasks/{ID_PATTERN.pattern}", "the execution history (get_workflow_task)")
-    source = link_field(f"/v1/tasks/{ID_PATTERN.pattern}/source", "the task's source (get_task_source)")
-    rounds = link_field(
-        f"{_ACTIVATION_PATH}/rounds",
-        "POLL query tasks: the round list of the source activation (list_workflow_poll_rounds)",
-        required=False,
-    )
-
-
-class TaskBody(serializers.Serializer):
-    id = IdField()
-    step_key = serializers.CharField()
-    activation_id = IdField()
-    activation_sequence = u32()
-    round = u32(required=False, help_text="POLL query tasks: the business round")
-    queue = serializers.CharField()
-    handler = serializers.CharField()
-    priority = serializers.IntegerField()
-    state = serializers.CharField()
-    revision = RevisionField()
-    attempt_count = u32()
-    max_attempts = u32()
-    deadline_at = TimeField(required=False)
-    latest_start_at = TimeField(required=False)
-    input = ExactJSONField()
-    outcome = serializers.CharField(required=False)
-    result = ExactJSONField(required=False)
-    review_conclusion = serializers.CharField(required=False)
-    execution_settled = serializers.BooleanField()
-    permit_held = serializers.BooleanField()
-    retry_of = IdField(required=False)
-    created_at = TimeField()
-    updated_at = TimeField()
-    attempts = AttemptItem(many=True)
-    late_evidence = LateEvidenceItem(
-        many=True,
-        help_text="every completion reported after its attempt's lease was lost, by seq: recorded, never applied",
-    )
-    links = TaskLinks()
-
-
-class TaskDetail(serializers.Serializer):
-    instance_id = IdField()
-    revision = RevisionField()
-    task = TaskBody()
-
-
-class ActivationRef(serializers.Serializer):
-    id = IdField()
-    sequence = u32()
-
-
-class PollRoundRef(serializers.Serializer):
-    id = IdField()
-    round = u32(help_text="the business round whose query the task is")
-
-
-class TaskSource(serializers.Serializer):
-    task_id = IdField()
-    namespace = serializers.CharField(help_text="namespace name")
-    instance_id = IdField()
-    definition = DefinitionRef()
-    step_key = StepKeyField()
-    activation = ActivationRef(help_text="the activation that sourced the task")
-    poll_round = PollRoundRef(required=False, help_text="POLL query tasks only")
-    queue = serializers.CharField(help_text="the queue the fixed definition names for the step")
-    retry_of = IdField(required=False, help_text="the task this one retries")
-    links = TaskLinks()
-
-
-TASK_SOURCE_ERRORS = {
-    400: "INVALID_ARGUMENT: a malformed task_id, or any query parameter (field named)",
-    401: UNAUTHENTICATED,
-    403: "PERMISSION_DENIED: the credential holds neither workflows:read nor tasks:work",
-    404: "NOT_FOUND: no such task in the caller's namespace, or the caller may neither see its workflow "
-    "(workflows:read) nor work its queue (tasks:work)",
-    503: "UNAVAILABLE: the task and its workflow, activation, poll round or queue disagree (corruption), or the "
-    "database is unavailable",
-}
-
-
-class CredentialSelf(serializers.Serializer):
-    credential_id = IdField()
-    namespace_id = IdField()
-    actor_id = IdField()
-    scopes = serializers.ListField(child=serializers.CharField())
-    queues = serializers.JSONField(help_text='"*" for every queue of the namespace, else a list of names')
-
-
-# ---- the instance query and the review summary -------------------------------------------
-
+# Values of the instance query's parameters (a name, a time with its offset, a business key).
 NAME_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[a-z0-9][a-z0-9_.\\-]{0,63}$"}
 
 
@@ -731,115 +361,81 @@ QUERY_TIME_SCHEMA = {"type": "string", "format": "date-time", "pattern": _rfc333
 BUSINESS_KEY_SCHEMA = {"minLength": 1, **text_schema(max_length=256, blank=True)}
 
 
-def _query(name: str, described: dict, description: str, **extra) -> OpenApiParameter:
-    return OpenApiParameter(name, described, OpenApiParameter.QUERY, description=description, **extra)
+# ---- the whole document --------------------------------------------------------------------------
 
 
-def _enum_list(name: str, values, description: str) -> OpenApiParameter:
-    items = {"type": "array", "minItems": 1, "items": {"type": "string", "enum": list(values)}}
-    return _query(name, items, f"{description}; repeat the parameter for several (any of them)", explode=True)
-
-
-def workflow_query_parameters(*, states, causes, stop_kinds, orders) -> list[OpenApiParameter]:
-    """Every parameter of GET /v1/workflows; each given at most once but ``state`` and ``review_cause``."""
-    time = "RFC 3339 with its offset, exclusive bound"
-    return [
-        _enum_list("state", states, "instances in one of these states"),
-        _enum_list("review_cause", causes, "instances in review for one of these causes"),
-        _query("definition", NAME_SCHEMA, "definition name"),
-        _query("version", {"type": "integer", "minimum": 1, "maximum": MAX_UINT32}, "definition version"),
-        _query("business_key", BUSINESS_KEY_SCHEMA, "exactly this business key"),
-        _query("business_key_prefix", BUSINESS_KEY_SCHEMA, "business keys starting with this text"),
-        _query("paused", {"type": "boolean"}, "paused (true) or not (false)"),
-        _query("stop_kind", {"type": "string", "enum": list(stop_kinds)}, "the stop intent recorded"),
-        _query("queue", NAME_SCHEMA, "instances whose definition uses this queue"),
-        _query("created_after", QUERY_TIME_SCHEMA, time),
-        _query("created_before", QUERY_TIME_SCHEMA, time),
-        _query("updated_after", QUERY_TIME_SCHEMA, time),
-        _query("updated_before", QUERY_TIME_SCHEMA, time),
-        _query(
-            "in_review_longer_than",
-            {"type": "integer", "minimum": 0, "maximum": MAX_UINT32},
-            "seconds: instances in review since longer than this",
+# Where a client goes next with an answer: (source operation, status) → {link name: (target, parameters, body)}.
+_ID = "$response.body#/data/id"
+_CONTROL = {"expected_control_revision": "$response.body#/data/control_revision"}
+_INSTANCE_LINKS = {
+    "GetWorkflow": ("get_workflow", {"id": _ID}, None),
+    "SignalWorkflow": ("signal_workflow", {"id": _ID}, None),
+    "PauseWorkflow": ("pause_workflow", {"id": _ID}, _CONTROL),
+    "ResumeWorkflow": ("resume_workflow", {"id": _ID}, _CONTROL),
+    "CancelWorkflow": ("cancel_workflow", {"id": _ID}, _CONTROL),
+    "ListWorkflowSignals": ("list_workflow_signals", {"id": _ID}, None),
+    "ListWorkflowOperations": ("list_workflow_operations", {"id": _ID}, None),
+}
+_SIGNAL = {"id": "$response.body#/data/workflow_id", "signal": "$response.body#/data/signal_id"}
+_ATTEMPT = {"attempt_id": "$response.body#/data/attempt/id"}
+_TASK = {"task_id": "$response.body#/data/task/id"}
+_SOURCE_INSTANCE = "$response.body#/data/instance_id"
+_SOURCE_ACTIVATION = "$response.body#/data/activation/id"
+LINKS = {
+    ("start_workflow", "201"): _INSTANCE_LINKS,
+    ("get_workflow", "200"): _INSTANCE_LINKS,
+    ("pause_workflow", "200"): _INSTANCE_LINKS,
+    ("resume_workflow", "200"): _INSTANCE_LINKS,
+    ("signal_workflow", "201"): {
+        "GetWorkflowSignal": ("get_workflow_signal", _SIGNAL, None),
+        "ListWorkflowSignalOperations": ("list_workflow_signal_operations", _SIGNAL, None),
+        "GetWorkflow": ("get_workflow", {"id": "$response.body#/data/workflow_id"}, None),
+    },
+    ("claim_queue_task", "200"): {
+        "HeartbeatTask": ("heartbeat_task", _TASK, _ATTEMPT),
+        "CompleteTask": ("complete_task", _TASK, _ATTEMPT),
+        "GetTaskSource": ("get_task_source", _TASK, None),
+    },
+    ("add_workflow_note", "201"): {
+        "ListWorkflowNotes": ("list_workflow_notes", {"id": "$response.body#/data/workflow_id"}, None),
+    },
+    ("get_workflow_task", "200"): {"GetTaskSource": ("get_task_source", _TASK, None)},
+    ("get_task_source", "200"): {
+        "GetWorkflow": ("get_workflow", {"id": _SOURCE_INSTANCE}, None),
+        "GetWorkflowActivation": (
+            "get_workflow_activation",
+            {"id": _SOURCE_INSTANCE, "key": "$response.body#/data/step_key", "activation": _SOURCE_ACTIVATION},
+            None,
         ),
-        _query(
-            "order",
-            {"type": "string", "enum": list(orders), "default": orders[0]},
-            "newest first by this time, then by id descending; review_since lists only instances in review",
+        "GetWorkflowTask": (
+            "get_workflow_task",
+            {"id": _SOURCE_INSTANCE, "task": "$response.body#/data/task_id"},
+            None,
         ),
-        *PAGE_PARAMETERS,
-    ]
-
-
-QUERY_ERRORS = {
-    400: "INVALID_ARGUMENT: an unknown, empty or malformed query parameter, one given twice (state and "
-    "review_cause may repeat), or a cursor of another query: other filters, order or namespace (field named)",
-    401: UNAUTHENTICATED,
-    403: PERMISSION_DENIED,
-    503: UNAVAILABLE,
+    },
 }
 
 
-class InstanceItem(serializers.Serializer):
-    id = IdField()
-    definition = DefinitionRef()
-    state = serializers.CharField()
-    paused = serializers.BooleanField()
-    review_cause = serializers.CharField(required=False, help_text="present while in review")
-    review_step_key = serializers.CharField(required=False, help_text="the step the cause concerns, if one")
-    stop_kind = serializers.CharField(required=False)
-    business_key = serializers.CharField(allow_blank=True)
-    revision = RevisionField()
-    created_at = TimeField()
-    updated_at = TimeField()
-    review_since = TimeField(required=False, help_text="present while in review")
+def _link(target: str, parameters: dict, body: dict | None) -> dict:
+    link = {"operationId": target, "parameters": parameters}
+    return link if body is None else link | {"requestBody": body}
 
 
-class InstancePage(serializers.Serializer):
-    items = InstanceItem(many=True)
-    next_cursor = serializers.CharField(required=False, help_text="valid only with the same filters and order")
-
-
-class CauseCount(serializers.Serializer):
-    review_cause = serializers.CharField()
-    count = serializers.IntegerField(min_value=1)
-
-
-class DefinitionCount(serializers.Serializer):
-    definition = DefinitionRef()
-    count = serializers.IntegerField(min_value=1)
-
-
-class ReviewSummary(serializers.Serializer):
-    total = serializers.IntegerField(min_value=0, help_text="visible instances in review")
-    causes = CauseCount(many=True, help_text="per review cause, the largest first")
-    definitions = DefinitionCount(many=True, help_text="per definition, the busiest first, at most 100")
-    definitions_truncated = serializers.BooleanField(help_text="more definitions have instances in review")
-
-
-class NoteItem(serializers.Serializer):
-    id = IdField()
-    workflow_id = IdField()
-    text = serializers.CharField(help_text="as written; notes are never edited")
-    evidence_ref = serializers.CharField(required=False)
-    corrects = IdField(required=False, help_text="the earlier note of this workflow that this one corrects")
-    author = IdField(help_text="the actor id of who wrote it")
-    created_at = TimeField()
-
-
-class Attention(serializers.Serializer):
-    workflow_id = IdField()
-    review_since = TimeField(help_text="the review this belongs to: a later review starts without it")
-    acknowledged_by = IdField(required=False, help_text="the actor id of who acknowledged the review first")
-    acknowledged_at = TimeField(required=False)
-    assignee = IdField(required=False, help_text="the actor id of the operator on the review")
-    assigned_by = IdField(required=False)
-    assigned_at = TimeField(required=False)
-
-
-class NotePage(serializers.Serializer):
-    workflow_id = IdField()
-    revision = RevisionField(help_text="the instance revision when this page was read; notes never change it")
-    attention = Attention(required=False, help_text="the current review's acknowledgement and assignment, if any")
-    items = NoteItem(many=True)
-    next_cursor = serializers.CharField(required=False)
+def postprocess(result: dict, generator, request, public) -> dict:
+    """Request-body limits on every POST and the links between operations (drf-spectacular postprocessing hook)."""
+    body_rules = (
+        f"one JSON object of at most {limits.max_body_bytes()} bytes (413 beyond, before it is read; a chunked body "
+        "is read up to the limit where the server ends it, else 411), nested at most "
+        f"{limits.MAX_JSON_DEPTH} levels, number literals of at most {limits.MAX_NUMBER_CHARS} characters, no lone "
+        "surrogate in any string or key; an unknown or repeated key is a 400 naming it"
+    )
+    for item in result["paths"].values():
+        for operation in item.values():
+            if "requestBody" in operation:
+                # Every command is a body, a variant (oneOf) of one too.
+                operation["requestBody"] |= {"description": body_rules, "required": True}
+            for status, response in operation.get("responses", {}).items():
+                links = LINKS.get((operation.get("operationId"), status))
+                if links:
+                    response["links"] = {name: _link(*link) for name, link in links.items()}
+    return result

@@ -1,6 +1,6 @@
 """Admin: changelists and an instance page at full size, ours vs the same ModelAdmin with Django's defaults.
 
-    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench python bench/admin_pages.py [--reps 10]
+    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench python -m bench admin_pages [--reps 10]
 
 Needs the history of bench/seed.py. The default variant is the same ModelAdmin served by a
 second admin site with Django's paginator and full result counts (bench/urls.py). Both are
@@ -10,33 +10,23 @@ milliseconds, SQL queries per page and ours/default.
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
-import django  # noqa: E402
-
-django.setup()
-
-from django.contrib.auth.models import User  # noqa: E402
-from django.db import connection  # noqa: E402
-from django.test import Client  # noqa: E402
-from django.test.utils import CaptureQueriesContext  # noqa: E402
-
-from bench.database import seed_summary_path  # noqa: E402
-from history.models import Namespace, Operator  # noqa: E402
+from bench.database import seed_summary_path
+from bench.serving import percentile
+from history.models import Namespace, Operator
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=10)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     seed = json.loads(seed_summary_path().read_text())
     namespace = Namespace.objects.get(name=seed["namespace"])
     user, _ = User.objects.get_or_create(username="bench-admin", defaults={"is_staff": True, "is_superuser": True})
@@ -66,12 +56,7 @@ def main() -> None:
                 client.get(url)
                 timings[label].append((time.perf_counter() - started) * 1000)
         for label, values in timings.items():
-            ordered = sorted(values)
-            p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-            print(f"{name:<22} {label:<8} {counts[label]:>7} {statistics.median(values):>9.1f} {p95:>9.1f}")
+            p50, p95 = statistics.median(values), percentile(values, 0.95)
+            print(f"{name:<22} {label:<8} {counts[label]:>7} {p50:>9.1f} {p95:>9.1f}")
         ratio = statistics.median(timings["ours"]) / statistics.median(timings["default"])
         print(f"{name:<22} ours/default {ratio:.2f}")
-
-
-if __name__ == "__main__":
-    main()

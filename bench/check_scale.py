@@ -1,12 +1,13 @@
 """weave_check time per instance from the smallest scale up: it should stay flat (target ≤ 1.3×).
 
     export WEAVE_SECRET_KEY=...
-    python bench/check_scale.py --scales 10000,100000[,1000000] [--repeat 2]
+    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/any python -m bench check_scale \
+        --scales 10000,100000[,1000000] [--repeat 2]
 
-Each scale lives in its own MariaDB database, ``weave_bench_check_<scale>`` on the server of
-WEAVE_DATABASE_URL (default mysql://root@127.0.0.1:3306), created, migrated and filled on first
-use with ``bench/seed.py``'s finished one-task instances (instance, gate, two steps, activation,
-task, attempt, result event, inbox record, seven timeline events each). The histories are clean:
+Each scale lives in its own MariaDB database, ``weave_bench_check_<scale>`` on the server
+WEAVE_DATABASE_URL names, created, migrated and filled on first use with ``bench/seed.py``'s
+finished one-task instances (instance, gate, two steps, activation, task, attempt, result event,
+inbox record, seven timeline events each). The histories are clean:
 the bench fails if ``weave_check`` finds anything. Prints, per scale, the seconds of the best of
 ``--repeat`` full checks, µs per instance, the ratio to the smallest scale beside the target, the
 buffer-pool pages read from disk during that check, and the seconds of each rule; plus the
@@ -14,38 +15,17 @@ buffer pool size the server ran with (never changed here).
 """
 
 import argparse
-import os
-import sys
+import datetime as dt
 import time
-from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "weave_site.settings")
-_server = urlsplit(os.environ.get("WEAVE_DATABASE_URL", "mysql://root@127.0.0.1:3306/"))
-# Django reads a database name at setup; each scale switches to its own below.
-os.environ["WEAVE_DATABASE_URL"] = urlunsplit(_server._replace(path="/weave_bench_check"))
+from django.db import connection
 
-import django  # noqa: E402
-
-django.setup()
-
-import datetime as dt  # noqa: E402
-
-from django.db import connection  # noqa: E402
-
-from bench.database import database_ready  # noqa: E402
-from bench.seed import seed_instances, tenants_ensure  # noqa: E402
-from engine import check  # noqa: E402
-from history.models import WorkflowInstance  # noqa: E402
+from bench.database import database_switch
+from bench.seed import seed_instances, tenants_ensure
+from engine import check
+from history.models import WorkflowInstance
 
 TARGET = 1.3
-
-
-def use_database(scale: int) -> None:
-    connection.close()
-    connection.settings_dict["NAME"] = f"weave_bench_check_{scale}"
-    database_ready()
 
 
 def seed(scale: int) -> float:
@@ -82,13 +62,13 @@ def run_check() -> tuple[float, int, dict[str, float]]:
     return seconds, pages_read() - reads, per_rule
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scales", default="10000,100000", help="instances per database, comma-separated")
     parser.add_argument("--repeat", type=int, default=2, help="full checks per scale; the best counts")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     scales = sorted(int(s) for s in args.scales.split(","))
-    use_database(scales[0])
+    database_switch(f"weave_bench_check_{scales[0]}")
     with connection.cursor() as cursor:
         cursor.execute("SELECT @@innodb_buffer_pool_size")
         pool = cursor.fetchone()[0]
@@ -98,7 +78,7 @@ def main() -> None:
     )
     base = None
     for scale in scales:
-        use_database(scale)
+        database_switch(f"weave_bench_check_{scale}")
         seeded = seed(scale)
         seconds, reads, per_rule = min((run_check() for _ in range(args.repeat)), key=lambda run: run[0])
         per_instance = seconds / scale * 1e6
@@ -108,7 +88,3 @@ def main() -> None:
             f" {TARGET:>6.1f} {reads:>11}"
         )
         print("           " + ", ".join(f"{name} {s:.2f}" for name, s in per_rule.items()), flush=True)
-
-
-if __name__ == "__main__":
-    main()

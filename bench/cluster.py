@@ -1,10 +1,10 @@
 """Engine throughput and recovery operations on one Galera node beside the same runs spread over three
 nodes, in one run, with the cluster's conflict rate for each.
 
-    scripts/galera.sh start && WEAVE_SECRET_KEY=… python bench/cluster.py [--instances 60] [--cells 1+1,3+3] \
+    scripts/galera.sh start && WEAVE_SECRET_KEY=… python -m bench cluster [--instances 60] [--cells 1+1,3+3] \
         [--ops retry-step,continue] [--clients 1,4]
 
-Runs ``bench/engine_throughput.py`` and ``bench/recovery_ops.py`` twice, on databases of their own: once
+Runs the benches ``engine_throughput`` and ``recovery_ops`` twice, on databases of their own: once
 with every process and client on node 1 (``mysql://…:3311/weave_bench_cluster_<bench>_one``), once with the
 three-node URL, where each runner and worker process and each recovery client starts at a node of its own
 (``WEAVE_DATABASE_NODE``, ``pin_node``), so the writes come from every node. Around each run it reads the
@@ -45,14 +45,14 @@ def _run(url: str, command: list[str], rate: re.Pattern) -> tuple[str, dict[str,
     counters over the run."""
     before = _counters()
     table = subprocess.run(
-        [sys.executable, *command],
+        [sys.executable, "-m", "bench", *command],
         cwd=ROOT,
         env={**os.environ, "WEAVE_DATABASE_URL": url},
         capture_output=True,
         text=True,
     )
     if table.returncode != 0:
-        raise SystemExit(f"engine_throughput.py on {url} failed:\n{table.stdout}{table.stderr[-3000:]}")
+        raise SystemExit(f"{' '.join(command)} on {url} failed:\n{table.stdout}{table.stderr[-3000:]}")
     table = table.stdout
     after = _counters()
     rates = {m.group(1): float(m.group(2)) for m in rate.finditer(table)}
@@ -65,15 +65,15 @@ ENGINE_RATE = re.compile(r"^weave\s+(\S+)\s+([\d.]+)", re.MULTILINE)
 RECOVERY_RATE = re.compile(r"^(\w+\s+\d+)\s+[\d.]+ /\s+[\d.]+\s+([\d.]+)", re.MULTILINE)
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instances", type=int, default=60)
     parser.add_argument("--cells", default="1+1,3+3")
     parser.add_argument("--ops", default="retry-step,continue")
     parser.add_argument("--clients", default="1,4")
-    args = parser.parse_args()
-    engine = ["bench/engine_throughput.py", "--instances", str(args.instances), "--cells", args.cells]
-    recovery = ["bench/recovery_ops.py", "--instances", "12", "--clients", args.clients, "--ops", args.ops]
+    args = parser.parse_args(argv)
+    engine = ["engine_throughput", "--instances", str(args.instances), "--cells", args.cells]
+    recovery = ["recovery_ops", "--instances", "12", "--clients", args.clients, "--ops", args.ops]
     hosts = ",".join(f"127.0.0.1:{port}" for port in NODES)
     # A database per bench and placement: the engine bench checks its whole database at its end.
     urls = {
@@ -96,7 +96,3 @@ def main() -> None:
             ratio = three[row] / one[row]
             print(f"{what} {row}: {three[row]:.1f} {unit} on three nodes vs {one[row]:.1f} on one: {ratio:.2f}x")
         print()
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """The floor under the engine: the same task chain in raw SQL, with the same durability, nothing else.
 
-    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/any python bench/engine_floor.py \
+    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/any python -m bench engine_floor \
         [--instances 200] [--steps 2] [--cells 1+1,4+1,4+2] [--batch 1]
 
 Runs on a database of its own, ``weave_bench_floor`` (created, its tables re-created), on the
@@ -21,25 +21,15 @@ Statements, round trips and commits are counted at the client (bench/wire.py) in
 import argparse
 import datetime as dt
 import multiprocessing
-import os
 import statistics
-import sys
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "weave_site.settings")
+import MySQLdb
+from django.conf import settings
 
-import django  # noqa: E402
-
-django.setup()
-
-import MySQLdb  # noqa: E402
-from django.conf import settings  # noqa: E402
-
-from bench.wire import HEADER, Wire, wire_collect, wire_count  # noqa: E402
+from bench.wire import HEADER, Wire, wire_collect, wire_count
 
 DATABASE = "weave_bench_floor"
 SET_SIZE = 100
@@ -288,13 +278,13 @@ def percentile(values: list[float], fraction: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[round(fraction * 100) - 1]
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instances", type=int, default=200)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--cells", default="1+1,4+1,4+2", help="workers+runners, comma-separated")
     parser.add_argument("--batch", type=int, default=1, help="tasks a worker claims per transaction")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     print(f"{'variant':<10} {'cell':>5} {HEADER}")
     for cell in args.cells.split(","):
         workers, runners = (int(n) for n in cell.split("+"))
@@ -303,7 +293,3 @@ def main() -> None:
             run = floor_run(workers=workers, runners=runners, set_based=set_based, batch=args.batch)
             variant = "set-based" if set_based else "per-item"
             print(f"{variant:<10} {cell:>5} {run.row()}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,7 @@
 """Engine throughput beside its floor, in one run: tasks/s, statements, round trips and commits per task, and
 the step-to-step latency, by process count.
 
-    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench_throughput python bench/engine_throughput.py \
+    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench_throughput python -m bench engine_throughput \
         [--instances 100] [--steps 2] [--cells 1+1,4+1,4+2] [--batch 1] [--rounds 1] [--interval 0.05]
 
 Creates the database if it is missing and migrates it. Each cell (workers + runners) gets a
@@ -30,29 +30,21 @@ import multiprocessing
 import os
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "weave_site.settings")
+from django.core.management import call_command
+from django.db import connection
+from django.db.backends.signals import connection_created
 
-import django  # noqa: E402
-
-django.setup()
-
-from django.core.management import call_command  # noqa: E402
-from django.db import connection  # noqa: E402
-from django.db.backends.signals import connection_created  # noqa: E402
-
-from bench.database import database_ready  # noqa: E402
-from bench.engine_floor import Run, floor_prepare, floor_run  # noqa: E402
-from bench.wire import HEADER, Wire, wire_collect, wire_count  # noqa: E402
-from core.identity import Identity  # noqa: E402
-from core.ids import new_id  # noqa: E402
-from engine.definitions import definition_create  # noqa: E402
-from engine.instances import instance_start  # noqa: E402
-from engine.runner import runner_settle  # noqa: E402
-from history.models import Attempt, InstanceState, Scope, Task, WorkflowInstance  # noqa: E402
-from history.tenancy import namespace_ensure  # noqa: E402
+from bench.database import database_ready
+from bench.engine_floor import Run, floor_prepare, floor_run
+from bench.wire import HEADER, Wire, wire_collect, wire_count
+from core.identity import Identity
+from core.ids import new_id
+from engine.definitions import definition_create
+from engine.instances import instance_start
+from engine.runner import runner_settle
+from history.models import Attempt, InstanceState, Scope, Task, WorkflowInstance
+from history.tenancy import namespace_ensure
 
 QUEUE = "throughput"
 FAILED_STATES = (InstanceState.NEEDS_REVIEW, InstanceState.FAILED, InstanceState.CANCELLED)
@@ -154,7 +146,7 @@ def cell_run(*, namespace: str, workers: int, runners: int, batch: int, interval
     return Run(seconds=seconds, tasks=tasks, wire=wire, latencies_ms=_latencies(namespace))
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instances", type=int, default=100, help="instances per cell")
     parser.add_argument("--steps", type=int, default=2, help="TASK steps per instance")
@@ -163,7 +155,7 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=0.05, help="idle poll seconds of runners and workers")
     parser.add_argument("--rounds", type=int, default=1, help="times each cell runs; the fastest counts")
     parser.add_argument("--timeout", type=float, default=300, help="seconds a cell may take")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     database_ready()
     with connection.cursor() as cursor:
         cursor.execute("SELECT @@innodb_buffer_pool_size, @@innodb_flush_log_at_trx_commit, VERSION()")
@@ -210,7 +202,3 @@ def main() -> None:
     for row in rows:
         print(row)
     call_command("weave_check")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Page 1 versus a page deep in a large history, for every keyset list of the read API.
 
-    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave python bench/history_pages.py --rows 20000 --depth 10000
+    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave python -m bench history_pages --rows 20000 --depth 10000
 
 Builds one workflow with ``--rows`` rows in each list (activations, poll rounds, signals,
 signal operations, workflow operations), then times the first page and a page whose cursor
@@ -10,33 +10,23 @@ of each. The two should cost the same: keyset pagination never skips or counts r
 
 import argparse
 import datetime as dt
-import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "weave_site.settings")
+from django.core.management import call_command
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
-import django  # noqa: E402
-
-django.setup()
-
-from django.core.management import call_command  # noqa: E402
-from django.db import connection  # noqa: E402
-from django.test import Client  # noqa: E402
-from django.test.utils import CaptureQueriesContext  # noqa: E402
-
-from core import clock  # noqa: E402
-from core.ids import new_id  # noqa: E402
-from history import models  # noqa: E402
-from history.credentials import credential_issue  # noqa: E402
-from history.selectors.activations import ACTIVATIONS, POLL_ROUNDS  # noqa: E402
-from history.selectors.operations import WORKFLOW_OPERATIONS  # noqa: E402
-from history.selectors.pagination import cursor_encode  # noqa: E402
-from history.selectors.signals import SIGNAL_OPERATIONS, SIGNALS  # noqa: E402
-from history.tenancy import namespace_ensure  # noqa: E402
+from core import clock
+from core.ids import new_id
+from history import models
+from history.credentials import credential_issue
+from history.selectors.activations import ACTIVATIONS, POLL_ROUNDS
+from history.selectors.operations import WORKFLOW_OPERATIONS
+from history.selectors.pagination import cursor_encode
+from history.selectors.signals import SIGNAL_OPERATIONS, SIGNALS
+from history.tenancy import namespace_ensure
 
 
 def build(rows: int):
@@ -150,12 +140,12 @@ def timed(client, path, token, params, repeat):
     return statistics.median(total), statistics.median(sql), len(queries)
 
 
-def main():
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--depth", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=30)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     call_command("migrate", verbosity=0)
     instance, poll, signal, token = build(args.rows)
     w = f"/v1/workflows/{instance.id}"
@@ -203,7 +193,3 @@ def main():
             f"  {name:20} page 1 {first_ms:6.2f} ms (SQL {first_sql:5.2f} ms, {first_q} queries)"
             f"   deep {deep_ms:6.2f} ms (SQL {deep_sql:5.2f} ms, {deep_q} queries)   ratio {deep_ms / first_ms:.2f}"
         )
-
-
-if __name__ == "__main__":
-    main()

@@ -1,55 +1,35 @@
 """Instance query: GET /v1/workflows with each filter, ours (keyset, index scans) vs the naive list.
 
     export WEAVE_SECRET_KEY=...
-    python bench/instance_query.py --size 1000 [--size 1000000] [--reps 30] [--deep 10000]
+    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/any python -m bench instance_query \
+        --size 1000 [--size 1000000] [--reps 30] [--deep 10000]
 
-Each size lives in its own MariaDB database, ``weave_bench_iq_<size>`` on the server of
-WEAVE_DATABASE_URL (default mysql://root@127.0.0.1:3306), created, migrated and filled on first
-use with ``INSERT … SELECT`` from MariaDB's sequence engine. The naive list is a DRF ListAPIView
-with a django-filter FilterSet and LimitOffsetPagination. Serves both through gunicorn on
-127.0.0.1, measures every request over real HTTP, interleaving the variants, and prints per
-filter: SQL queries per request (counted in process) and p50/p95 ms of page 1 and of the page
-``--deep`` rows in (capped by the rows that match) for ours and the naive list.
+Each size lives in its own MariaDB database, ``weave_bench_iq_<size>`` on the server
+WEAVE_DATABASE_URL names, created, migrated and filled on first use with ``INSERT … SELECT`` from
+MariaDB's sequence engine. The naive list is a DRF ListAPIView with a django-filter FilterSet and
+LimitOffsetPagination. Serves both through gunicorn on 127.0.0.1, measures every request over real
+HTTP, interleaving the variants, and prints per filter: SQL queries per request (counted in
+process) and p50/p95 ms of page 1 and of the page ``--deep`` rows in (capped by the rows that
+match) for ours and the naive list.
 """
 
 import argparse
-import os
 import statistics
 import sys
 import time
-from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+import httpx
+from django.db import connection, transaction
+from django.http import QueryDict
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
-from bench.serving import free_port  # noqa: E402
-
-PORT = free_port()
-BASE = f"http://127.0.0.1:{PORT}"
-
-
-def _arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=1000, help="instances in the database of this size")
-    parser.add_argument("--reps", type=int, default=30)
-    parser.add_argument(
-        "--naive-reps",
-        type=int,
-        default=None,
-        help="timed requests of the naive list (default --reps; its counted request is one more sample)",
-    )
-    parser.add_argument("--deep", type=int, default=10_000, help="rows before the deep page")
-    return parser.parse_args()
-
-
-ARGS = _arguments() if __name__ == "__main__" else None
-# This size's own database on the server WEAVE_DATABASE_URL names, set before Django reads it.
-_server = urlsplit(os.environ.get("WEAVE_DATABASE_URL", "mysql://root@127.0.0.1:3306/"))
-if ARGS is not None:
-    os.environ["WEAVE_DATABASE_URL"] = urlunsplit(_server._replace(path=f"/weave_bench_iq_{ARGS.size}"))
-
+from bench.database import database_switch
+from bench.naive import InstanceFilter
+from bench.serving import free_port, percentile, serve
+from history import models as m
+from history.credentials import credential_issue
+from history.tenancy import namespace_ensure
 
 START = "2026-01-01 00:00:00"
 # Per 1 000 instances: 900 SUCCEEDED, 50 RUNNING (5 paused), 20 NEEDS_REVIEW, 20 FAILED, 10 CANCELLED.
@@ -81,13 +61,7 @@ FILTERS = {
 
 def seed(size: int) -> None:
     """The bench namespace with 4 definitions over 2 queues and ``size`` instances, once per database."""
-    from django.db import connection, transaction
-
-    from bench.database import database_ready
-    from history import models as m
-    from history.tenancy import namespace_ensure
-
-    database_ready()
+    database_switch(f"weave_bench_iq_{size}")
     ns, _, queues = namespace_ensure(name="iq", application="bench", queues=["q-a", "q-b"])
     if m.WorkflowInstance.objects.filter(namespace_id=ns.id).exists():
         return
@@ -141,24 +115,14 @@ def seed(size: int) -> None:
     sys.stderr.write("\n")
 
 
-def measure(size: int, *, reps: int, naive_reps: int, deep: int) -> list[tuple]:
-    import httpx
-    from django.db import connection
-    from django.test import Client
-    from django.test.utils import CaptureQueriesContext
-
-    from bench.naive import InstanceFilter
-    from bench.serving import serve
-    from history.credentials import credential_issue
-    from history.models import Namespace, Scope, WorkflowInstance
-
-    namespace = Namespace.objects.get(name="iq")
+def measure(*, reps: int, naive_reps: int, deep: int) -> list[tuple]:
+    namespace = m.Namespace.objects.get(name="iq")
     token = credential_issue(
         namespace_id=namespace.id,
         application_id=None,
         actor_id="e" * 32,
         label="bench",
-        scopes=[Scope.READ],
+        scopes=[m.Scope.READ],
         queue_access="*",
     ).token
     headers = {"Authorization": f"Bearer {token}"}
@@ -172,12 +136,13 @@ def measure(size: int, *, reps: int, naive_reps: int, deep: int) -> list[tuple]:
         return len(queries), (time.perf_counter() - started) * 1000
 
     results = []
-    server = serve(PORT, timeout=900)
+    port = free_port()
+    server = serve(port, timeout=900)
     try:
-        with httpx.Client(base_url=BASE, headers=headers, timeout=60) as http:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=60) as http:
             for name, params in FILTERS.items():
                 # Bench-side only: how many rows match, to cap the deep page inside them.
-                matches = InstanceFilter(httpx_params(params), queryset=WorkflowInstance.objects.all()).qs.count()
+                matches = InstanceFilter(httpx_params(params), queryset=m.WorkflowInstance.objects.all()).qs.count()
                 depth = max(0, min(deep, matches - 20))
                 cursor = None
                 for _ in range(depth // 100):
@@ -212,24 +177,28 @@ def cursor_of(cursor: str | None) -> dict:
 
 
 def httpx_params(params: dict):
-    from django.http import QueryDict
-
     query = QueryDict(mutable=True)
     for key, value in params.items():
         query.setlist(key, value if isinstance(value, list) else [value])
     return query
 
 
-def main() -> None:
-    import django
-
-    django.setup()
-    from bench.serving import percentile
-
-    seed(ARGS.size)
-    naive_reps = ARGS.reps if ARGS.naive_reps is None else ARGS.naive_reps
-    results = measure(ARGS.size, reps=ARGS.reps, naive_reps=naive_reps, deep=ARGS.deep)
-    print(f"instances {ARGS.size}, limit 20, reps {ARGS.reps} (naive {naive_reps}); per variant: queries, p50, p95 ms")
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=1000, help="instances in the database of this size")
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument(
+        "--naive-reps",
+        type=int,
+        default=None,
+        help="timed requests of the naive list (default --reps; its counted request is one more sample)",
+    )
+    parser.add_argument("--deep", type=int, default=10_000, help="rows before the deep page")
+    args = parser.parse_args(argv)
+    seed(args.size)
+    naive_reps = args.reps if args.naive_reps is None else args.naive_reps
+    results = measure(reps=args.reps, naive_reps=naive_reps, deep=args.deep)
+    print(f"instances {args.size}, limit 20, reps {args.reps} (naive {naive_reps}); per variant: queries, p50, p95 ms")
     head = ("ours first", "ours deep", "naive first", "naive deep")
     print(f"{'filter':<24} {'rows':>8} {'depth':>6} " + " ".join(f"{h:>24}" for h in head))
     for name, matches, depth, queries, timings in results:
@@ -238,7 +207,3 @@ def main() -> None:
             for label, values in timings.items()
         ]
         print(f"{name:<24} {matches:>8} {depth:>6} " + " ".join(f"{c:>24}" for c in cells))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Read API: page 1 vs a page deep in a large history, ours (keyset) vs the naive LimitOffset list.
 
-    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench python bench/read_api.py [--reps 40] [--deep 50000]
+    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench python -m bench read_api [--reps 40] [--deep 50000]
 
 Needs the history of bench/seed.py. Serves the product through gunicorn on 127.0.0.1, measures
 every request over real HTTP, interleaving the four variants of each list so that machine noise
@@ -10,29 +10,18 @@ milliseconds, deep/first for both implementations and ours/naive.
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+import httpx
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
-import django  # noqa: E402
-
-django.setup()
-
-import httpx  # noqa: E402
-from django.db import connection  # noqa: E402
-from django.test import Client  # noqa: E402
-from django.test.utils import CaptureQueriesContext  # noqa: E402
-
-from bench.database import seed_summary_path  # noqa: E402
-from bench.serving import free_port, percentile, serve  # noqa: E402
-from history.credentials import credential_issue  # noqa: E402
-from history.models import Namespace, Scope  # noqa: E402
+from bench.database import seed_summary_path
+from bench.serving import free_port, percentile, serve
+from history.credentials import credential_issue
+from history.models import Namespace, Scope
 
 PORT = free_port()
 BASE = f"http://127.0.0.1:{PORT}"
@@ -56,11 +45,11 @@ def query_count(path: str, headers: dict) -> int:
     return len(queries)
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=40)
     parser.add_argument("--deep", type=int, default=50_000, help="rows before the deep page")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.deep < 100:
         parser.error("--deep: at least 100 (the deep cursor is reached in pages of 100)")
     seed = json.loads(seed_summary_path().read_text())
@@ -127,7 +116,3 @@ def main() -> None:
             f"naive {med['naive deep'] / med['naive first']:.2f}; ours/naive first "
             f"{med['ours first'] / med['naive first']:.2f}, deep {med['ours deep'] / med['naive deep']:.2f}"
         )
-
-
-if __name__ == "__main__":
-    main()

@@ -1,11 +1,11 @@
 """Recovery operations under concurrent clients, ours vs the floor of their own row locks and writes.
 
-    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench_ops python bench/recovery_ops.py \
+    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench_ops python -m bench recovery_ops \
         [--instances 24] [--clients 1,4,8] [--ops review-task,resolve-step,...]
 
 Creates the database if it is missing and migrates it. For each operation and client count it
 builds --instances distinct instances in the state the operation succeeds on (the builders of
-tests/states.py, the states the recovery tests prove the operations on) for ours and as
+testkit/states.py, the states the recovery tests prove the operations on) for ours and as
 many for the floor, all before the timed part. The clients are threads with one database
 connection each (one credential each, as separate API clients), released together; each runs
 its share of the instances one after another.
@@ -28,36 +28,27 @@ kept ones); the target is ours/floor <= 3 for every operation.
 """
 
 import argparse
-import os
 import statistics
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "weave_site.settings")
+from django.db import connection, reset_queries, transaction
+from django.test.utils import CaptureQueriesContext
 
-import django  # noqa: E402
-
-django.setup()
-
-from django.db import connection, reset_queries, transaction  # noqa: E402
-from django.test.utils import CaptureQueriesContext  # noqa: E402
-
-from bench.database import database_ready  # noqa: E402
-from core.identity import Identity  # noqa: E402
-from core.ids import new_id  # noqa: E402
-from history.credentials import credential_issue, identity_of_credential  # noqa: E402
-from history.locking import atomic_with_retry  # noqa: E402
-from history.models import Scope  # noqa: E402
-from history.tenancy import namespace_ensure  # noqa: E402
-from recovery.operations import OPERATIONS as RECOVERY_OPERATIONS  # noqa: E402
-from tests import states  # noqa: E402
-from tests.recovery import requests as rq  # noqa: E402
-from weave_site.mysql.base import pin_node  # noqa: E402
+from bench.database import database_ready
+from bench.serving import percentile
+from core.db.base import pin_node
+from core.identity import Identity
+from core.ids import new_id
+from history.credentials import credential_issue, identity_of_credential
+from history.locking import atomic_with_retry
+from history.models import Scope
+from history.tenancy import namespace_ensure
+from recovery.operations import OPERATIONS as RECOVERY_OPERATIONS
+from testkit import requests as rq
+from testkit import states
 
 TARGET = 3.0
 # Each operation: its display name, the command builder and the state it succeeds on.
@@ -158,11 +149,6 @@ def timed(run: Callable, service, shares: list[list[Job]]) -> tuple[list[float],
     return latencies, wall
 
 
-def p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-
-
 class Bench:
     def __init__(self, clients_max: int) -> None:
         suffix = new_id()[:8]
@@ -198,12 +184,12 @@ class Bench:
         return shares
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instances", type=int, default=24, help="instances per cell and variant")
     parser.add_argument("--clients", default="1,4,8", help="client counts (comma-separated)")
     parser.add_argument("--ops", default=",".join(OPERATIONS), help="operations (comma-separated)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     clients_list = [int(c) for c in args.clients.split(",")]
     names = args.ops.split(",")
     unknown = set(names) - set(OPERATIONS)
@@ -234,8 +220,8 @@ def main() -> None:
             worst[name] = max(worst.get(name, 0.0), ratio)
             print(
                 f"{OPERATIONS[name][0]:<13} {clients:>7} "
-                f"{statistics.median(ours):>7.1f} / {p95(ours):>6.1f} {len(ours) / ours_wall:>10.1f} "
-                f"{statistics.median(floor):>8.1f} / {p95(floor):>6.1f} {len(floor) / floor_wall:>11.1f} "
+                f"{statistics.median(ours):>7.1f} / {percentile(ours, 0.95):>6.1f} {len(ours) / ours_wall:>10.1f} "
+                f"{statistics.median(floor):>8.1f} / {percentile(floor, 0.95):>6.1f} {len(floor) / floor_wall:>11.1f} "
                 f"{ratio:>10.2f} {floor_shares[0][0].queries:>8} / {len(floor_shares[0][0].statements):>3}",
                 flush=True,
             )
@@ -244,7 +230,3 @@ def main() -> None:
         verdict = "met" if ratio <= TARGET else "MISSED"
         print(f"{OPERATIONS[name][0]:<13} worst ours/floor {ratio:.2f}: target <= {TARGET:.0f}x {verdict}")
     print(f"instances per cell and variant: {args.instances}; total {time.monotonic() - started:.0f} s")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Build a large, consistent history fast, with multi-row inserts (MariaDB/MySQL).
 
-    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench python bench/seed.py [--scale 1.0]
+    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench python -m bench seed [--scale 1.0]
 
 At scale 1.0: one instance with 1 000 000 signals (each with its acceptance audit and inbox
 record), one TASK step with 100 000 activations, one POLL activation with 100 000 rounds, and
@@ -13,26 +13,17 @@ other benchmarks read to var/bench-seed-<database>.json.
 import argparse
 import datetime as dt
 import json
-import os
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "weave_site.settings")
+from django.db import connection, transaction
+from django.db.models import JSONField
 
-import django  # noqa: E402
-
-django.setup()
-
-from django.db import connection, transaction  # noqa: E402
-from django.db.models import JSONField  # noqa: E402
-
-from bench.database import database_ready, seed_summary_path  # noqa: E402
-from core.ids import ROOT_STEP_KEY, new_id  # noqa: E402
-from history import models as m  # noqa: E402
-from history.events import SUBJECT_TYPES  # noqa: E402
-from history.tenancy import namespace_ensure  # noqa: E402
+from bench.database import database_ready, seed_summary_path
+from core.ids import ROOT_STEP_KEY, new_id
+from history import models as m
+from history.events import SUBJECT_TYPES
+from history.tenancy import namespace_ensure
 
 BATCH = 5000
 ACTOR = "b" * 32
@@ -638,13 +629,13 @@ SECTIONS = {
 }
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the full sizes (e.g. 0.01)")
     parser.add_argument(
         "--parts", default="signals,activations,rounds,instances", help="which histories to add (comma-separated)"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     parts = set(args.parts.split(","))
     database_ready()
     sizes = {
@@ -680,7 +671,3 @@ def main() -> None:
     summary_path.parent.mkdir(exist_ok=True)
     summary_path.write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary))
-
-
-if __name__ == "__main__":
-    main()

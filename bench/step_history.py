@@ -1,6 +1,6 @@
 """Recovery checks and the admin instance page on a step with 100 000 activations beside one with 1.
 
-    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench_steps python bench/step_history.py \
+    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench_steps python -m bench step_history \
         [--size 100000] [--reps 30]
 
 Recreates its own database (the name must start with weave_bench_) and builds two TASK steps the way
@@ -19,37 +19,27 @@ server's buffer pool size.
 """
 
 import argparse
-import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-os.environ.setdefault("WEAVE_DATABASE_URL", "mysql://root@127.0.0.1:3306/weave_bench_steps")
+import MySQLdb
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.signals import request_started
+from django.db import connection, reset_queries
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
-import django  # noqa: E402
-
-django.setup()
-
-import MySQLdb  # noqa: E402
-from django.conf import settings  # noqa: E402
-from django.contrib.auth.models import User  # noqa: E402
-from django.core.signals import request_started  # noqa: E402
-from django.db import connection, reset_queries  # noqa: E402
-from django.test import Client  # noqa: E402
-from django.test.utils import CaptureQueriesContext  # noqa: E402
-
-from bench.database import database_ready  # noqa: E402
-from engine.budget import task_step_budget  # noqa: E402
-from engine.check import invariants_check  # noqa: E402
-from history.credentials import credential_issue, identity_of_credential  # noqa: E402
-from history.models import Activation, Operator, Scope, Step, Task  # noqa: E402
-from history.tenancy import namespace_ensure  # noqa: E402
-from recovery.eligibility import instance_eligibility, operation_preview  # noqa: E402
-from tests.recovery import requests as rq  # noqa: E402
-from tests.recovery.test_step_history_scale import retry_chain_state  # noqa: E402
+from bench.database import database_ready
+from bench.serving import percentile
+from engine.budget import task_step_budget
+from engine.check import invariants_check
+from history.credentials import credential_issue, identity_of_credential
+from history.models import Activation, Operator, Scope, Step, Task
+from history.tenancy import namespace_ensure
+from recovery.eligibility import instance_eligibility, operation_preview
+from testkit import requests as rq
+from testkit.histories import retry_chain_state
 
 TARGET = 1.2
 
@@ -87,16 +77,11 @@ def timed(call, reps: int) -> tuple[list[float], int]:
     return values, len(queries)
 
 
-def p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-
-
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--reps", type=int, default=30)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     database_fresh()
     tenancy = namespace_ensure(name="bench-steps", application="billing", queues=["payments"])
     identity = identity_of_credential(
@@ -158,10 +143,7 @@ def main() -> None:
         for label, state in built.items():
             timings[label], counts[label] = timed(make(state), args.reps)
             values = timings[label]
-            print(f"{name:<14} {label:<6} {counts[label]:>7} {statistics.median(values):>8.2f} {p95(values):>8.2f}")
+            p50, p95 = statistics.median(values), percentile(values, 0.95)
+            print(f"{name:<14} {label:<6} {counts[label]:>7} {p50:>8.2f} {p95:>8.2f}")
         ratio = statistics.median(timings["long"]) / statistics.median(timings["short"])
         print(f"{name:<14} long/short {ratio:.2f} (target <= {TARGET})")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """What one task costs the database on its path, counted exactly: claim → complete → inbox → advance.
 
-    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench_path python bench/task_path.py [--instances 50]
+    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench_path python -m bench task_path [--instances 50]
 
 One process, one connection, nothing running beside it, so the count has no idle polls and no
 races: --instances chains of two ``demo.echo`` TASK steps are started and their first tasks
@@ -12,32 +12,22 @@ a task on the same path (claim, complete, consume-and-advance).
 """
 
 import argparse
-import os
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "weave_site.settings")
+from django.db import connection
 
-import django  # noqa: E402
-
-django.setup()
-
-from django.db import connection  # noqa: E402
-
-from bench.database import database_ready  # noqa: E402
-from bench.engine_throughput import QUEUE, cell_prepare  # noqa: E402
-from bench.wire import Wire, wire_count  # noqa: E402
-from core.identity import Identity  # noqa: E402
-from engine import runner  # noqa: E402
-from engine.worker import task_claim, task_complete  # noqa: E402
-from history.models import InstanceState, Namespace, Scope, WorkflowInstance  # noqa: E402
+from bench.database import database_ready
+from bench.engine_throughput import QUEUE, cell_prepare
+from bench.wire import Wire, wire_count
+from core.identity import Identity
+from engine import runner
+from engine.worker import task_claim, task_complete
+from history.models import InstanceState, Namespace, Scope, WorkflowInstance
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instances", type=int, default=50)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     database_ready()
     runner.runner_settle()
     namespace = Namespace.objects.get(name=cell_prepare(steps=2, instances=args.instances))
@@ -71,7 +61,3 @@ def main() -> None:
     for name, counts in (*phases.items(), ("total", sum(phases.values(), Wire()))):
         statements, trips, commits = counts.per(tasks)
         print(f"{name:<10} {statements:>10.1f} {trips:>11.1f} {commits:>8.2f}")
-
-
-if __name__ == "__main__":
-    main()

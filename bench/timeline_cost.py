@@ -1,6 +1,6 @@
 """What the instance timeline costs one task end to end: statements and time, with and without it.
 
-    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench_timeline python bench/timeline_cost.py \
+    WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench_timeline python -m bench timeline_cost \
         [--tasks 200] [--rounds 3]
 
 One process, one connection, nothing else running against the database it creates (and names)
@@ -14,31 +14,22 @@ The "before" side's instances have no timeline, so the database is the bench's a
 """
 
 import argparse
-import os
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "weave_site.settings")
+from django.db import connection
+from django.db.models.signals import post_save
 
-import django  # noqa: E402
-
-django.setup()
-
-from django.db import connection  # noqa: E402
-from django.db.models.signals import post_save  # noqa: E402
-
-from bench.database import database_ready  # noqa: E402
-from core.identity import Identity  # noqa: E402
-from core.ids import new_id  # noqa: E402
-from engine.definitions import definition_create  # noqa: E402
-from engine.instances import instance_start  # noqa: E402
-from engine.runner import runner_settle  # noqa: E402
-from engine.worker import task_claim, task_complete  # noqa: E402
-from history import events  # noqa: E402
-from history.models import InstanceEvent, InstanceState, Scope, WorkflowInstance  # noqa: E402
-from history.tenancy import namespace_ensure  # noqa: E402
+from bench.database import database_ready
+from core.identity import Identity
+from core.ids import new_id
+from engine.definitions import definition_create
+from engine.instances import instance_start
+from engine.runner import runner_settle
+from engine.worker import task_claim, task_complete
+from history import events
+from history.models import InstanceEvent, InstanceState, Scope, WorkflowInstance
+from history.tenancy import namespace_ensure
 
 QUEUE = "timeline"
 
@@ -113,11 +104,11 @@ def side_run(*, followed: bool, tasks: int) -> tuple[float, float, int]:
     return seconds, counter.count / tasks, InstanceEvent.objects.count() - events_before
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=200, help="task lives per side per round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds; each side's fastest counts")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     database_ready()
     runner_settle()
     results: dict[bool, list[tuple[float, float, int]]] = {True: [], False: []}
@@ -131,7 +122,3 @@ def main() -> None:
     for name, (seconds, statements, written) in (("before (no events)", before), ("after (timeline)", after)):
         print(f"{name:<18} {1000 * seconds / args.tasks:>8.2f} {statements:>16.1f} {written / args.tasks:>12.1f}")
     print(f"after / before: time {after[0] / before[0]:.2f}x, statements {after[1] / before[1]:.2f}x")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,14 +1,10 @@
-"""What the audit lists add to Django's changelist: who an actor is, a time range, and streamed exports."""
+"""What the audit lists add to Django's changelist: who an actor is, and streamed exports."""
 
 import csv
-import datetime as dt
 import json
 from collections.abc import Iterable, Iterator
 
-from django.contrib import admin, messages
-from django.contrib.admin.options import IncorrectLookupParameters
 from django.db.models import Q
-from django.utils import timezone
 
 from history.models import Credential, Operator
 
@@ -34,56 +30,6 @@ def actor_names(rows: Iterable) -> dict[tuple[str, str], str]:
         groups = ", ".join(sorted(group.name for group in operator.user.groups.all()))
         names[(operator.namespace_id, operator.actor_id)] = f"{operator.user.username} ({groups or 'no group'})"
     return names
-
-
-class TimeRangeFilter(admin.FieldListFilter):
-    """From (inclusive) and to (exclusive) on a datetime column, in the viewer's zone.
-
-    Two native ``datetime-local`` inputs and no script, so the admin keeps ``script-src 'self'`` (date range
-    packages for the admin inject inline scripts). A value that is not a date and time is refused naming it.
-    """
-
-    template = "admin/console/time_range_filter.html"
-
-    def __init__(self, field, request, params, model, model_admin, field_path):
-        self.bounds = {"from": f"{field_path}__gte", "to": f"{field_path}__lt"}
-        super().__init__(field, request, params, model, model_admin, field_path)
-        self.request = request
-
-    def expected_parameters(self):
-        return list(self.bounds.values())
-
-    def queryset(self, request, queryset):
-        for name, lookup in self.bounds.items():
-            value = self.used_parameters.get(lookup)
-            if value is None:
-                continue
-            value = value[-1] if isinstance(value, list) else value
-            try:
-                moment = dt.datetime.fromisoformat(value)
-            except ValueError:
-                message = f"Filter {lookup} ({name}): {value!r} is not a date and time (YYYY-MM-DDTHH:MM[:SS])"
-                messages.error(request, message)
-                raise IncorrectLookupParameters(value) from None
-            if timezone.is_naive(moment):
-                moment = timezone.make_aware(moment)
-            queryset = queryset.filter(**{lookup: moment})
-        return queryset
-
-    def choices(self, changelist):
-        kept = {k: v for k, v in changelist.get_filters_params().items() if k not in self.bounds.values()}
-        values = {name: _last(self.used_parameters.get(lookup, "")) for name, lookup in self.bounds.items()}
-        yield {
-            "bounds": [(name, lookup, values[name]) for name, lookup in self.bounds.items()],
-            "kept": [(k, v) for k, vs in kept.items() for v in (vs if isinstance(vs, list) else [vs])],
-            "zone": timezone.get_current_timezone_name(),
-            "clear": changelist.get_query_string(remove=list(self.bounds.values())),
-            "selected": any(values.values()),
-        }
-
-
-def _last(value):
-    return value[-1] if isinstance(value, list) and value else value
 
 
 def newest_first(queryset) -> Iterator:

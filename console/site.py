@@ -6,9 +6,9 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path
 
-from console.approvals import queue_proposals
+from console.proposals import queue_proposals
 from console.queue import review_queue
-from console.views_saved import SavedViewForm, delete_view, kept_query, save_view, view_url, views_of
+from console.saved_views import SavedViewForm, delete_view, kept_query, save_view, view_url, views_of
 from console.zone import PreferencesForm
 from core.identity import identity_of_user
 from history.models import Operator

@@ -22,6 +22,7 @@ from typing import TypeVar
 from django.db import OperationalError, connection, connections, transaction
 from django.db.models import Model
 
+from core.db import reads as db_reads
 from history import models
 from history.events import events_batched
 
@@ -199,17 +200,10 @@ def is_retryable(exc: OperationalError) -> bool:
 @contextlib.contextmanager
 def reads_from_any_commit() -> Iterator[None]:
     """On a Galera cluster, reads that need not wait for the latest commits of other nodes (the history lists,
-    whose contract already lets a page move); the session's causal reads come back after. Elsewhere a no-op."""
-    if not connection.settings_dict.get("NODES"):
+    whose contract already lets a page move); the session's causal reads come back after. Elsewhere a no-op.
+    The backend owns the read mode: this only asks it to switch, on this thread's connection."""
+    with db_reads.reads_from_any_commit(connection):
         yield
-        return
-    with connection.cursor() as cursor:
-        cursor.execute("SET SESSION wsrep_sync_wait = 0")
-    try:
-        yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SET SESSION wsrep_sync_wait = 1")
 
 
 class RetryStats:

@@ -44,6 +44,7 @@ from collections.abc import Iterator
 from django.db import connection, connections
 from django.db.models.signals import post_save
 
+from core.db.base import DatabaseWrapper
 from history import locking
 from history.models import (
     Activation,
@@ -69,7 +70,6 @@ from history.models import (
     WorkflowInstance,
     WorkflowOperation,
 )
-from weave_site.mysql.base import DatabaseWrapper
 
 OWNED = {model._meta.db_table for model in (Gate, Step, Activation, Wait, Task, InboxRecord)}
 EXEMPT = {model._meta.db_table for model in (Credential, Application, Queue)}

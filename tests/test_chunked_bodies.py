@@ -26,7 +26,7 @@ from django.db import close_old_connections, connection
 from django.test import override_settings
 
 from history.models import Note, Scope
-from tests import states
+from testkit import states
 from tests.recovery.digest import history_digest
 from tests.reliability.load import database_url
 from weave_site.wsgi import application

@@ -3,8 +3,8 @@
 import pytest
 from django.db import connection
 
+from core.db.base import DatabaseWrapper, pin_node
 from history.locking import reads_from_any_commit
-from weave_site.mysql.base import DatabaseWrapper, pin_node
 from weave_site.settings import database_from_url
 
 

@@ -23,8 +23,8 @@ from django.test import Client
 from django.urls import reverse
 
 from history.models import Scope
+from testkit.states import task_unknown_state
 from tests.conftest import bearer
-from tests.states import task_unknown_state
 
 ROOT = Path(__file__).resolve().parent.parent
 STRONG_KEY = secrets.token_urlsafe(50)

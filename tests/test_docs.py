@@ -19,7 +19,7 @@ PAGES = sorted((ROOT / "docs").rglob("*.md"))
 # A recovery call's curl, then at once the body it sends.
 CALL_AND_BODY = re.compile(r"```sh\ncurl [^`]*?/recovery/([a-z-]+) [^`]*?```\n\n```json\n(.*?)```", re.S)
 # A path inside the repository, as the pages name one: a top-level package or folder, then the rest.
-TOP = "api|bench|console|core|docs|engine|examples|history|recovery|scripts|sdk|templates|tests|weave_site"
+TOP = "api|bench|console|core|docs|engine|examples|history|recovery|scripts|sdk|templates|testkit|tests|weave_site"
 PATH = re.compile(rf"(?<![\w/.-])((?:{TOP})/[\w./*<>-]*)")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 

@@ -23,8 +23,8 @@ from history.models import ApprovalPolicy, InboxRecord, InboxState, InstanceStat
 from recovery.consequences import operation_consequences
 from recovery.operations import OPERATIONS
 from recovery.proposals import proposal_approve, proposal_reject
-from tests.recovery import requests as rq
-from tests.states import task_failed_state, task_unknown_state
+from testkit import requests as rq
+from testkit.states import task_failed_state, task_unknown_state
 
 pytestmark = pytest.mark.django_db
 

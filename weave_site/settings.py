@@ -194,7 +194,7 @@ def database_from_url(url: str) -> dict:
     """One database config from a URL, with the options the lock-based design needs.
 
     ``mysql://user@host1:port1,host2:port2,…/name`` names the nodes of a Galera cluster (``NODES``): each
-    connection goes to the first of them that is up and synced (``weave_site.mysql``).
+    connection goes to the first of them that is up and synced (``core.db``).
     """
     nodes = []
     scheme, _, rest = url.partition("://")
@@ -209,7 +209,7 @@ def database_from_url(url: str) -> dict:
     if nodes:
         config["NODES"] = nodes
     if engine == "django.db.backends.mysql":
-        config["ENGINE"] = "weave_site.mysql"  # atomic blocks open with START TRANSACTION
+        config["ENGINE"] = "core.db"  # atomic blocks open with START TRANSACTION
         config["OPTIONS"] = {
             "charset": "utf8mb4",
             # Rows are locked explicitly (SELECT ... FOR UPDATE); READ COMMITTED makes
@@ -275,7 +275,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "api.openapi.postprocess"],
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "api.schema.postprocess"],
 }
 
 LOGGING = {

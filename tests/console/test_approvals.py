@@ -4,9 +4,9 @@ import pytest
 from django.test import Client
 
 from history.models import ApprovalPolicy, Proposal, ProposalState, Task, TaskState, WorkflowInstance
+from testkit.states import task_unknown_state
 from tests.console.test_recovery_forms import _form, _page, _review_post
 from tests.recovery.digest import history_digest
-from tests.states import task_unknown_state
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from console.attention import queue_attention
 from console.queue import QueueRow
 from history.models import Note, ReviewAttention, WorkflowInstance, WorkflowOperation
-from tests.states import task_failed_state, task_unknown_state
+from testkit.states import task_failed_state, task_unknown_state
 
 pytestmark = pytest.mark.django_db
 

@@ -9,8 +9,8 @@ import pytest
 
 from console import audit
 from history.models import WorkflowOperation
+from testkit.states import task_unknown_state
 from tests.console.test_recovery_forms import _form, _review_post
-from tests.states import task_unknown_state
 
 pytestmark = pytest.mark.django_db
 LIST = "/admin/history/workflowoperation/"

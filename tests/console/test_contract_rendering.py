@@ -7,7 +7,7 @@ import pytest
 
 from core import exactjson
 from history.models import Step
-from tests import states
+from testkit import states
 from tests.recovery.digest import history_digest
 
 pytestmark = pytest.mark.django_db

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from tests.states import poll_answered_state, task_failed_state, task_unknown_state
+from testkit.states import poll_answered_state, task_failed_state, task_unknown_state
 
 pytestmark = pytest.mark.django_db
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from testkit.states import task_unknown_state
 from tests.recovery.digest import history_digest
-from tests.states import task_unknown_state
 
 pytestmark = pytest.mark.django_db
 

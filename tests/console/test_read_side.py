@@ -9,7 +9,7 @@ from core.ids import ROOT_STEP_KEY
 from history import models
 from history.models import ApprovalPolicy, ReviewCause
 from history.tenancy import namespace_ensure
-from tests import states
+from testkit import states
 
 pytestmark = pytest.mark.django_db
 

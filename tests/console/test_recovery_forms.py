@@ -4,13 +4,13 @@ import re
 
 import pytest
 
-from console import admin as console_admin
+from console import actions as console_admin
 from history.credentials import identity_of_credential
 from history.models import InstanceState, Scope, Task, TaskState, WorkflowInstance, WorkflowOperation
 from recovery.operations import step_retry
-from tests.recovery import requests as rq
+from testkit import requests as rq
+from testkit.states import cancel_unknown_state, task_failed_state, task_unknown_state
 from tests.recovery.digest import history_digest
-from tests.states import cancel_unknown_state, task_failed_state, task_unknown_state
 
 pytestmark = pytest.mark.django_db
 

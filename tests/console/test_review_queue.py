@@ -10,8 +10,8 @@ from core.errors import InvalidArgument
 from engine.definitions import definition_validate
 from engine.runner import runner_settle
 from history.models import WorkflowInstance
+from testkit.states import TASK_STEP, poll_round_unknown_state, task_failed_state, task_unknown_state
 from tests.console.test_recovery_forms import _form, _review_post
-from tests.states import TASK_STEP, poll_round_unknown_state, task_failed_state, task_unknown_state
 
 pytestmark = pytest.mark.django_db
 

@@ -6,10 +6,10 @@ import pytest
 from django.contrib.auth.models import Group
 
 from console.models import SavedView
-from console.views_saved import view_url
+from console.saved_views import view_url
 from history.models import Scope
+from testkit.states import task_failed_state, task_unknown_state
 from tests.conftest import bearer
-from tests.states import task_failed_state, task_unknown_state
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from history.models import Operator
-from tests.states import task_unknown_state
+from testkit.states import task_unknown_state
 
 pytestmark = pytest.mark.django_db
 

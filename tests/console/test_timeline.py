@@ -9,8 +9,8 @@ from django.urls import reverse
 
 from history.models import InstanceEvent, WorkflowOperation
 from history.selectors.instance_page import EVENTS_PER_PAGE
-from tests import states
-from tests.engine.conftest import Engine
+from testkit import states
+from testkit.driver import Engine
 
 
 @pytest.fixture

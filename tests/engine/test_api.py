@@ -3,8 +3,8 @@ import json
 import pytest
 
 from history.models import Scope, Signal, WorkflowInstance
+from testkit.driver import task_step
 from tests.conftest import bearer
-from tests.engine.conftest import task_step
 
 ALL = [Scope.WRITE, Scope.CONTROL, Scope.TASKS_WORK]
 

@@ -23,8 +23,7 @@ from history.models import (
     WaitState,
     WorkflowInstance,
 )
-from tests.engine.conftest import task_step
-from tests.engine.test_poll import poll_step
+from testkit.driver import poll_step, task_step
 from tests.engine.test_signals_timers import APPROVAL
 
 AFTER_CHARGE = [task_step("charge"), {**APPROVAL, "after": ["charge"]}]

@@ -33,12 +33,12 @@ from history.models import (
     TaskState,
 )
 from recovery.proposals import proposal_approve, proposal_reject
+from testkit import requests as rq
+from testkit.driver import task_step
 from tests.certify import write_sets_checked
 from tests.engine import test_concurrency
-from tests.engine.conftest import task_step
 from tests.engine.test_concurrency import _threads
 from tests.engine.test_late_evidence import PAID, _complete, _decide, _lost_lease, _review, _step_decision
-from tests.recovery import requests as rq
 from tests.recovery.digest import assert_refused
 
 pytestmark = [

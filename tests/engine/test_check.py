@@ -24,8 +24,8 @@ from history.models import (
     Wait,
     WorkflowInstance,
 )
-from tests import states
-from tests.engine.conftest import task_step
+from testkit import states
+from testkit.driver import task_step
 from tests.engine.test_poison import INVALID, _results_poisoned
 
 

@@ -9,7 +9,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from history.models import InstanceState, Task, TaskState
-from tests.engine.conftest import task_step
+from testkit.driver import task_step
 
 ROOT = Path(__file__).resolve().parents[2]
 

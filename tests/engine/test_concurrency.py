@@ -8,6 +8,7 @@ import pytest
 from django.db import connection, transaction
 
 from core import clock
+from core.db.base import pin_node
 from engine import inbox
 from engine.check import invariants_check
 from engine.handlers import claim_execute
@@ -26,9 +27,7 @@ from history.models import (
     TaskState,
     WorkflowInstance,
 )
-from tests.engine.conftest import task_step
-from tests.engine.test_poll import poll_step
-from weave_site.mysql.base import pin_node
+from testkit.driver import poll_step, task_step
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -12,8 +12,8 @@ from core import exactjson
 from core.errors import InvalidArgument
 from engine.definitions import contract_validator, contract_violation
 from history.models import Disposition, InboxRecord, InstanceState, ReviewCause, Step, WorkflowDefinition
-from tests import states
-from tests.engine.conftest import task_step
+from testkit import states
+from testkit.driver import task_step
 from tests.literals import FAR, coefficients, fraction_of, spelling
 
 MONEY = exactjson.dumps(states.MONEY)

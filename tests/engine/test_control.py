@@ -8,7 +8,7 @@ from engine.handlers import claim_execute
 from engine.instances import instance_cancel, instance_pause, instance_resume
 from engine.runner import pass_stop_settlement
 from history.models import Gate, InstanceState, Step, StopKind, Task, TaskState, WorkflowOperation
-from tests.engine.conftest import task_step
+from testkit.driver import task_step
 
 
 def _control(engine, action, instance, revision, **extra):

@@ -6,7 +6,7 @@ from django.core.management import CommandError, call_command
 from core.errors import AlreadyExists, InvalidArgument
 from engine.definitions import definition_create
 from history.models import WorkflowDefinition
-from tests.engine.conftest import task_step
+from testkit.driver import task_step
 
 POLL = {
     "key": "settle",

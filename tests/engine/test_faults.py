@@ -19,9 +19,8 @@ from engine.instances import instance_cancel, instance_pause, instance_resume, i
 from engine.signals import signal_accept
 from engine.worker import task_complete, task_heartbeat
 from history.models import Gate, InboxRecord, Signal, Step, Task, Wait, WorkflowInstance
-from tests import states
-from tests.engine.conftest import task_step
-from tests.engine.test_poll import poll_step
+from testkit import states
+from testkit.driver import poll_step, task_step
 from tests.engine.test_task_flow import _review_task, _second_activation
 from tests.recovery.digest import FaultAt, history_digest
 

@@ -39,10 +39,9 @@ from history.models import (
     TaskState,
 )
 from recovery.operations import OPERATIONS
+from testkit.driver import poll_step, task_step
 from tests.conftest import bearer
-from tests.engine.conftest import task_step
 from tests.engine.test_concurrency import _threads
-from tests.engine.test_poll import poll_step
 from tests.recovery.digest import assert_refused, history_digest
 
 PAID = '{"paid":true,"amount":1.10}'  # as the worker wrote it: the evidence keeps the literal

@@ -35,8 +35,9 @@ from history.models import (
     WorkflowDefinition,
     WorkflowInstance,
 )
-from tests import states
-from tests.engine.conftest import StoppingRecorder, task_step
+from testkit import states
+from testkit.driver import task_step
+from tests.engine.conftest import StoppingRecorder
 
 CONTRACT = {"type": "object", "properties": {"n": {"type": "integer"}}}
 HUGE = '{"n":' + "9" * 5000 + "}"

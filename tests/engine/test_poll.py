@@ -9,23 +9,8 @@ from engine.quota import quota_of
 from engine.runner import pass_poll_rounds
 from history.locking import LockSet
 from history.models import Activation, InstanceState, PollRound, ResultEvent, Step, Task, TaskState, Wait
+from testkit.driver import poll_step
 from tests.engine.test_task_flow import _review_task
-
-
-def poll_step(**extra):
-    step = {
-        "key": "settle",
-        "kind": "POLL",
-        "handler": "demo.poll_pending",
-        "queue": "polls",
-        "max_rounds": 3,
-        "attempts_per_round": 2,
-        "interval_seconds": 60,
-        "poll_deadline_seconds": 3600,
-        "mapping": {"field": "status", "values": {"done": "SUCCEEDED", "pending": "PENDING", "failed": "FAILED"}},
-    }
-    step.update(extra)
-    return step
 
 
 def _activation(instance):

@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 
 from engine import runner
 from engine.handlers import claim_execute
-from tests import states
+from testkit import states
 
 
 def _queries(run) -> int:

@@ -1,6 +1,6 @@
 """Every transition into review records its cause, the step it concerns and since when.
 
-Each state is reached through the engine (``tests.states``); the two instance-wide causes start
+Each state is reached through the engine (``testkit.states``); the two instance-wide causes start
 from rows made inconsistent on purpose, as the corruption and poison tests do.
 """
 
@@ -13,8 +13,8 @@ from core import clock
 from engine import runner
 from history.models import InstanceState, ResultEvent, ReviewCause, Task, WorkflowInstance
 from history.tenancy import namespace_ensure
-from tests import states
-from tests.engine.conftest import Engine, task_step
+from testkit import states
+from testkit.driver import Engine, task_step
 
 backfill_migration = importlib.import_module("history.migrations.0007_review_cause_backfill")
 

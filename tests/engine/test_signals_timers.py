@@ -16,7 +16,7 @@ from history.models import (
     Step,
     Wait,
 )
-from tests.engine.conftest import task_step
+from testkit.driver import task_step
 
 APPROVAL = {
     "key": "approve",

@@ -1,6 +1,6 @@
 from core import exactjson
 from history.models import InstanceState
-from tests.engine.conftest import task_step
+from testkit.driver import task_step
 
 
 def test_a_two_step_task_workflow_runs_to_success(engine):

@@ -35,7 +35,7 @@ from history.models import (
     WorkflowInstance,
     WorkflowOperation,
 )
-from tests.engine.conftest import task_step
+from testkit.driver import task_step
 
 
 def _task_of(instance, key):

@@ -32,9 +32,8 @@ from history.models import (
     WaitState,
     WorkflowInstance,
 )
-from tests.engine.conftest import task_step
-from tests.engine.test_poll import poll_step
-from tests.states import SIGNAL
+from testkit.driver import poll_step, task_step
+from testkit.states import SIGNAL
 
 
 def _failed_task_step(engine, max_attempts=3):

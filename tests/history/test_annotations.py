@@ -23,9 +23,9 @@ from history.models import (
 )
 from history.selectors.annotations import review_attention_of
 from recovery.operations import instance_continue, step_retry
-from tests import states
+from testkit import states
+from testkit.driver import Engine, task_step
 from tests.conftest import bearer
-from tests.engine.conftest import Engine, task_step
 from tests.history.test_openapi import Described, _operation
 from tests.recovery.digest import assert_refused
 

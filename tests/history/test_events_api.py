@@ -9,7 +9,7 @@ from history.models import InstanceEvent, Scope
 from history.selectors.access import INSTANCE_NOT_FOUND
 from history.selectors.events import MAX_SEQUENCE, EventFilters, event_queryset
 from history.tenancy import namespace_ensure
-from tests import states
+from testkit import states
 from tests.conftest import bearer
 from tests.history.conftest import error_of
 

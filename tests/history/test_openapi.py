@@ -29,12 +29,12 @@ from history.models import (
     WorkflowInstance,
 )
 from recovery.operations import OPERATIONS as RECOVERY_OPERATIONS
-from tests import states
+from testkit import requests as rq
+from testkit import states
+from testkit.driver import Engine
 from tests.conftest import bearer
-from tests.engine.conftest import Engine
 from tests.factories import AttemptFactory, SignalFactory, activate, step_of
 from tests.history.conftest import ENDPOINTS
-from tests.recovery import requests as rq
 
 T0 = dt.datetime(2026, 9, 18, 8, 0, 0, tzinfo=dt.UTC)
 OPERATIONS = {

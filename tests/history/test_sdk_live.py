@@ -14,8 +14,9 @@ from history.models import (
     WorkflowInstance,
     WorkflowOperation,
 )
-from tests import states
-from tests.engine.conftest import Engine, task_step
+from testkit import requests as rq
+from testkit import states
+from testkit.driver import Engine, task_step
 from tests.factories import (
     AttemptFactory,
     SignalOperationFactory,
@@ -25,7 +26,6 @@ from tests.factories import (
     poll_round,
     step_of,
 )
-from tests.recovery import requests as rq
 
 pytestmark = pytest.mark.django_db(transaction=True)
 CONTROLS = ("workflow.pause", "workflow.resume", "workflow.cancel")

@@ -8,9 +8,9 @@ from engine.worker import task_complete
 from history.models import Activation, PollRound, Queue, ResultEvent, Scope, Task, WorkflowInstance
 from history.selectors.tasks import TASK_NOT_FOUND
 from history.tenancy import namespace_ensure
-from tests import states
+from testkit import states
+from testkit.driver import Engine
 from tests.conftest import bearer
-from tests.engine.conftest import Engine
 from tests.history.conftest import error_of
 
 LEDGER_STEP = {"key": "ship", "kind": "TASK", "after": ["charge"], "handler": "ship", "queue": "ledger"}

@@ -7,7 +7,7 @@ from django.apps import apps
 
 from engine.check import invariants_check
 from history.models import InstanceEvent, Step, WorkflowInstance
-from tests import states
+from testkit import states
 
 pytestmark = pytest.mark.django_db
 migration = importlib.import_module("history.migrations.0009_timeline_reconstruct")

@@ -6,9 +6,9 @@ import pytest
 
 from core import exactjson
 from history.models import Queue, Scope
-from tests import states
+from testkit import requests as rq
+from testkit import states
 from tests.conftest import bearer
-from tests.recovery import requests as rq
 from tests.recovery.digest import history_digest
 
 pytestmark = pytest.mark.django_db

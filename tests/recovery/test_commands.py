@@ -8,8 +8,8 @@ from history.idempotency import key_check
 from recovery.operations import instance_continue, poll_continue, step_resolve, step_retry, task_review, wait_rearm
 from recovery.operations.resolve_step import ResolveStepCommand
 from recovery.operations.review_task import ReviewTaskCommand
-from tests import states
-from tests.recovery import requests as rq
+from testkit import requests as rq
+from testkit import states
 from tests.recovery.digest import assert_refused
 
 pytestmark = pytest.mark.django_db

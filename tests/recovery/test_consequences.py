@@ -5,9 +5,9 @@ import pytest
 from core.errors import FailedPrecondition
 from recovery.consequences import operation_consequences
 from recovery.eligibility import operation_preview
-from tests.recovery import requests as rq
+from testkit import requests as rq
+from testkit.states import poll_round_unknown_state, task_failed_state, task_unknown_state
 from tests.recovery.digest import history_digest
-from tests.states import poll_round_unknown_state, task_failed_state, task_unknown_state
 
 pytestmark = pytest.mark.django_db
 

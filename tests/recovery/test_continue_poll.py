@@ -7,8 +7,8 @@ import pytest
 from core import clock
 from history.models import Activation, InboxRecord, PollRound, Step, Task, WorkflowInstance
 from recovery.operations import poll_continue
-from tests import states
-from tests.recovery import requests as rq
+from testkit import requests as rq
+from testkit import states
 from tests.recovery.digest import assert_refused
 
 pytestmark = pytest.mark.django_db

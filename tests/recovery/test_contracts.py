@@ -6,8 +6,8 @@ from core import exactjson
 from history.models import InstanceState, Step
 from recovery.consequences import operation_consequences
 from recovery.operations import step_resolve
-from tests import states
-from tests.recovery import requests as rq
+from testkit import requests as rq
+from testkit import states
 from tests.recovery.digest import assert_refused, history_digest
 
 pytestmark = pytest.mark.django_db

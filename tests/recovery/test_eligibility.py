@@ -5,8 +5,8 @@ import pytest
 from history.models import InstanceState, Task, WorkflowInstance
 from recovery.eligibility import instance_eligibility, operation_preview
 from recovery.operations import step_retry
-from tests import states
-from tests.recovery import requests as rq
+from testkit import requests as rq
+from testkit import states
 from tests.recovery.digest import assert_refused, history_digest
 
 pytestmark = pytest.mark.django_db

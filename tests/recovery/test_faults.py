@@ -5,8 +5,8 @@ from django.db import DatabaseError, connection
 
 from history.models import ResultEvent
 from recovery.operations import task_review
-from tests import states
-from tests.recovery import requests as rq
+from testkit import requests as rq
+from testkit import states
 from tests.recovery.digest import FaultAt, history_digest
 
 

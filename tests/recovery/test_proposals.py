@@ -15,9 +15,9 @@ from history.models import ApprovalPolicy, Proposal, ProposalState, Scope, Task,
 from recovery.consequences import operation_consequences
 from recovery.operations import step_retry
 from recovery.proposals import proposal_approve, proposal_reject
-from tests import states
+from testkit import requests as rq
+from testkit import states
 from tests.conftest import bearer
-from tests.recovery import requests as rq
 from tests.recovery.digest import assert_refused
 
 pytestmark = pytest.mark.django_db

@@ -5,9 +5,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from recovery.operations import step_retry
-from tests import states
-from tests.recovery import requests as rq
-from tests.recovery.test_step_history_scale import poll_rounds_state, retry_chain_state
+from testkit import requests as rq
+from testkit import states
+from testkit.histories import poll_rounds_state, retry_chain_state
 
 pytestmark = pytest.mark.django_db
 OTHER_INSTANCES = 50

@@ -23,8 +23,8 @@ from history.models import (
 from recovery.consequences import operation_consequences
 from recovery.eligibility import instance_eligibility
 from recovery.operations import instance_continue, step_resolve, wait_rearm
-from tests import states
-from tests.recovery import requests as rq
+from testkit import requests as rq
+from testkit import states
 from tests.recovery.digest import assert_refused, history_digest
 
 pytestmark = pytest.mark.django_db

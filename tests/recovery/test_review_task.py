@@ -22,8 +22,8 @@ from history.models import (
     WorkflowInstance,
 )
 from recovery.operations import task_review
-from tests import states
-from tests.recovery import requests as rq
+from testkit import requests as rq
+from testkit import states
 from tests.recovery.digest import assert_refused
 
 pytestmark = pytest.mark.django_db

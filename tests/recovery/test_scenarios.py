@@ -5,8 +5,8 @@ import pytest
 
 from history.models import Activation, Continuation, Gate, Task, WorkflowInstance
 from recovery.operations import instance_continue, step_resolve, step_retry, task_review
-from tests import states
-from tests.recovery import requests as rq
+from testkit import requests as rq
+from testkit import states
 
 pytestmark = pytest.mark.django_db
 

@@ -7,9 +7,9 @@ from django.apps import apps
 
 from history.models import Step
 from recovery.operations.retry_step import step_retry
-from tests import states
+from testkit import requests as rq
+from testkit import states
 from tests.engine.test_step_counters import step_counter_drift
-from tests.recovery import requests as rq
 
 pytestmark = pytest.mark.django_db
 CASES = rq.cases()

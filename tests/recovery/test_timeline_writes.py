@@ -12,8 +12,8 @@ from django.db import DatabaseError, connection, transaction
 from core import exactjson
 from history.models import InstanceEvent
 from recovery.operations import instance_continue
-from tests import states
-from tests.recovery import requests as rq
+from testkit import requests as rq
+from testkit import states
 from tests.recovery.digest import FaultAt, history_digest
 
 pytestmark = pytest.mark.django_db

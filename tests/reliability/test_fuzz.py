@@ -27,11 +27,11 @@ from core import exactjson, limits
 from core.ids import new_id
 from history.models import Scope
 from recovery.operations import OPERATIONS as RECOVERY_OPERATIONS
-from tests import states
+from testkit import requests as rq
+from testkit import states
+from testkit.driver import Engine
 from tests.conftest import bearer
 from tests.console import conftest as console_conftest
-from tests.engine.conftest import Engine
-from tests.recovery import requests as rq
 from tests.recovery.digest import history_digest
 from tests.reliability import test_security
 from tests.reliability.test_security import ENDPOINTS, _issue, served_endpoints

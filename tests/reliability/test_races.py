@@ -15,6 +15,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from core import clock, exactjson
+from core.db.base import pin_node
 from core.errors import WeaveError
 from engine.check import invariants_check
 from engine.handlers import claim_execute
@@ -49,12 +50,10 @@ from history.models import (
 from history.tenancy import namespace_ensure
 from recovery.operations import OPERATIONS
 from recovery.proposals import proposal_approve, proposal_reject
-from tests import states
+from testkit import requests as rq
+from testkit import states
+from testkit.driver import Engine, poll_step, task_step
 from tests.conftest import bearer
-from tests.engine.conftest import Engine, task_step
-from tests.engine.test_poll import poll_step
-from tests.recovery import requests as rq
-from weave_site.mysql.base import pin_node
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -26,7 +26,7 @@ from schemathesis.hooks import GLOBAL_HOOK_DISPATCHER
 from schemathesis.openapi.checks import EnsureResourceAvailability
 
 from history.models import Attempt, Scope, SignalOperation
-from tests import states
+from testkit import states
 
 # The live server reads what the test commits: its test is transactional (live_server makes it so).
 pytestmark = pytest.mark.django_db

@@ -38,6 +38,9 @@ from history.credentials import credential_issue
 from history.models import Credential, Scope
 from history.tenancy import namespace_ensure
 from recovery.operations import OPERATIONS
+from testkit import requests as rq
+from testkit.requests import review as rq_review
+from testkit.states import task_unknown_state
 from tests.conftest import bearer
 from tests.factories import (
     AttemptFactory,
@@ -56,10 +59,7 @@ from tests.factories import (
     step_of,
     task_step,
 )
-from tests.recovery import requests as rq
 from tests.recovery.digest import history_digest
-from tests.recovery.requests import review as rq_review
-from tests.states import task_unknown_state
 
 pytestmark = pytest.mark.django_db
 

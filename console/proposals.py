@@ -1,5 +1,5 @@
-"""Four-eyes approval in the console: the proposals waiting on an instance and on the queue, and the page
-where a second person reads one — its command, the preview it was proposed with, what it would do now — and
+"""Proposals in the console (four eyes): those waiting on an instance and on the queue, and the page where a
+second person reads one — its command, the preview it was proposed with, what it would do now — and
 approves or rejects it. Every decision goes through ``recovery.proposals``, which decides everything.
 """
 

@@ -12,8 +12,8 @@ A cluster URL names several nodes (``mysql://user@h1:p1,h2:p2,h3:p3/db``, ``NODE
 connection tries them in order from the preferred one — ``WEAVE_DATABASE_NODE`` for a process, ``pin_node``
 for a thread — and skips a node that refuses the connection or is not ready (``wsrep_ready`` OFF: not part
 of the primary component, or not yet synced). Its reads wait for every commit the cluster has certified
-(``wsrep_sync_wait=1``): a check never decides on a row another node already changed. The history lists
-read without that wait (``history.locking.reads_from_any_commit``).
+(``wsrep_sync_wait=1``): a check never decides on a row another node already changed. That read mode is
+switched only through ``core.db.reads``, which the history lists use to read without the wait.
 """
 
 import contextlib
@@ -22,6 +22,8 @@ import threading
 from collections.abc import Iterator
 
 from django.db.backends.mysql import base
+
+from core.db.reads import set_causal_reads
 
 _pinned = threading.local()
 # The client errors of a node that cannot be reached or went away: try the next node. Any other error (an
@@ -70,8 +72,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
                 refused.append(f"{host}:{port} ({error.args[-1]})")
                 continue
             if _ready(connection):
-                with connection.cursor() as cursor:
-                    cursor.execute("SET SESSION wsrep_sync_wait = 1")
+                set_causal_reads(connection, True)
                 return connection
             connection.close()
             refused.append(f"{host}:{port} (not ready)")

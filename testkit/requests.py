@@ -2,7 +2,7 @@
 
 from core import exactjson
 from history.models import Activation, Step
-from tests.states import State
+from testkit.states import State
 
 REASON = "verified with the payment provider"
 EVIDENCE = "ticket:OPS-123"
@@ -82,7 +82,7 @@ def cases():
         task_review,
         wait_rearm,
     )
-    from tests import states
+    from testkit import states
 
     return [
         ("review-task", task_review, review, states.task_unknown_state),

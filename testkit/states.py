@@ -1,4 +1,4 @@
-"""States the tests start from, reached through the engine's own transitions.
+"""States the tests and the benches start from, reached through the engine's own transitions.
 
 Nothing here writes a row but the section "rows written directly", which says why: instances are
 started by ``instance_start``, tasks are claimed and completed through the worker protocol, leases
@@ -52,8 +52,7 @@ from history.models import (
     WorkflowOperation,
 )
 from recovery.operations import instance_continue, step_resolve, step_retry, task_review
-from tests.engine.conftest import Engine, task_step
-from tests.engine.test_poll import poll_step
+from testkit.driver import Engine, poll_step, task_step
 
 HOUR = dt.timedelta(hours=1)
 
