@@ -16,7 +16,7 @@ format:
 	scripts/setup.sh dev && .venv/bin/ruff check --fix . && .venv/bin/ruff format .
 
 integration:  ## the SDK end to end against a live server, and the runnable examples
-	scripts/setup.sh dev && .venv/bin/pytest tests/history/test_sdk_live.py tests/test_examples.py
+	scripts/setup.sh dev && .venv/bin/pytest tests/sdk/test_live.py tests/test_examples.py
 
 docs:  ## the documentation site (MkDocs) on 127.0.0.1:8001, rebuilt on every save
 	scripts/setup.sh dev && NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs serve -a 127.0.0.1:8001

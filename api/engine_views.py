@@ -19,7 +19,7 @@ from core.errors import InvalidArgument
 from core.request_id import request_id_of
 from engine.commands import id_argument
 from engine.instances import instance_cancel, instance_pause, instance_resume, instance_start
-from engine.signals import signal_accept
+from engine.signaling import signal_accept
 from engine.worker import task_claim, task_complete, task_heartbeat
 from history import idempotency
 from history.models import InstanceState, ReviewCause, Scope, StopKind

@@ -1,5 +1,6 @@
-"""POST /v1/workflows/{id}/recovery/{operation}: the six operations over HTTP, and the decisions on the
-proposals an approval policy makes of them (POST …/proposals/{proposal_id}/approve|reject).
+"""POST /v1/workflows/{id}/recovery/{operation}: each recovery operation over HTTP (a route per entry of
+OPERATIONS), and the decisions on the proposals an approval policy makes of them
+(POST …/proposals/{proposal_id}/approve|reject).
 
 The view only reads the Idempotency-Key header and the JSON body and calls the operation's
 service; the receipt's stored text is answered verbatim, so a replay's ``data`` is
@@ -40,7 +41,7 @@ class RecoverySchema(AutoSchema):
         return [schema.INSTANCE_ID, *schema.idempotency_key(status=200)]
 
     def get_request_serializer(self) -> type[serializers.Serializer] | PolymorphicProxySerializer:
-        return operations.COMMANDS[self.view.operation]
+        return operations.command_described(OPERATIONS[self.view.operation])
 
     def get_response_serializers(self) -> dict:
         takes_quota = OPERATIONS[self.view.operation].takes_quota

@@ -17,14 +17,17 @@ from recovery.operations import OPERATIONS
 BULK_CAP = 200
 
 
-@admin.action(description="Continue selected instances", permissions=["recover"])
-def continue_selected(modeladmin, request, queryset):
-    return _bulk(modeladmin, request, queryset, operation="continue")
+def bulk_actions() -> dict:
+    """One admin action per operation that has one (``Operation.bulk``), in OPERATIONS' order, by the name the
+    changelist posts (``retry_step_selected``)."""
+    return {f"{op.name.replace('-', '_')}_selected": _bulk_action(op) for op in OPERATIONS.values() if op.bulk}
 
 
-@admin.action(description="Retry one step on selected instances", permissions=["recover"])
-def retry_step_selected(modeladmin, request, queryset):
-    return _bulk(modeladmin, request, queryset, operation="retry-step")
+def _bulk_action(spec):
+    def action(modeladmin, request, queryset):
+        return _bulk(modeladmin, request, queryset, operation=spec.name)
+
+    return admin.action(description=spec.bulk, permissions=["recover"])(action)
 
 
 def _bulk(modeladmin, request, queryset, *, operation):

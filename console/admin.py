@@ -53,7 +53,7 @@ from core.identity import identity_of_user
 from core.ids import ROOT_STEP_KEY
 from core.request_id import request_id_of
 from engine.instances import instance_cancel, instance_pause, instance_resume
-from engine.signals import signal_accept
+from engine.signaling import signal_accept
 from engine.state import FINISHED
 from history import models
 from history.events import KINDS
@@ -215,10 +215,17 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
     ordering = ("-updated_at",)
     instance_template = "admin/console/instance_page.html"
     change_list_template = "admin/console/instance_change_list.html"
-    # By name, as the changelist posts them: Django finds each on the class, where the bulk actions are put.
-    actions = ["continue_selected", "retry_step_selected"]
-    continue_selected = bulk_actions.continue_selected
-    retry_step_selected = bulk_actions.retry_step_selected
+
+    @property
+    def actions(self):
+        """The bulk actions' names, one per operation that has one, read from OPERATIONS when asked."""
+        return list(bulk_actions.bulk_actions())
+
+    def get_action(self, action):
+        func = bulk_actions.bulk_actions().get(action)
+        if func is None:
+            return super().get_action(action)
+        return func, action, func.short_description
 
     # The stored code, as the API answers it (the filter lists each code's meaning), and the step it concerns.
     @admin.display(description="review cause · step", ordering="review_cause")

@@ -7,10 +7,6 @@ from django.urls import reverse
 from history.models import Step, Task, WorkflowInstance
 from recovery.operations import OPERATIONS
 
-# Which possible operation is offered first: the ones that keep the step's work going before
-# concluding it by hand (ResolveStep), which is always possible once the step is in review.
-PREFERENCE = ("review-task", "retry-step", "continue-poll", "rearm-wait", "resolve-step")
-
 
 def operation_link(
     instance: WorkflowInstance, step: Step | None, name: str, entry: dict, tasks: dict[str, Task]
@@ -34,14 +30,18 @@ def operation_link(
 
 def next_operation(instance: WorkflowInstance, eligibility: dict, steps: dict[str, Step], tasks: dict[str, Task]):
     """The one operation to offer next: Continue once it is possible (every matter of the review is handled),
-    else the review step's first possible one (in PREFERENCE), then the other steps'; None when none is."""
+    else the review step's first possible one, then the other steps'; None when none is. Within a step, the
+    operations that keep its work going come first, in OPERATIONS' order, and those that conclude it by hand
+    (ResolveStep, always possible once the step is in review) last."""
     for op in OPERATIONS.values():
         if op.target == "instance" and eligibility[op.name]["possible"]:
             return operation_link(instance, None, op.name, eligibility[op.name], tasks)
+    in_step = (op for op in OPERATIONS.values() if op.target != "instance")
+    preference = sorted(in_step, key=lambda op: op.concludes_by_hand)
     keys = sorted(eligibility["steps"], key=lambda key: (key != instance.review_step_key, key))
     for key in keys:
-        for name in PREFERENCE:
-            entry = eligibility["steps"][key][name]
+        for op in preference:
+            entry = eligibility["steps"][key][op.name]
             if entry["possible"]:
-                return operation_link(instance, steps[key], name, entry, tasks)
+                return operation_link(instance, steps[key], op.name, entry, tasks)
     return None

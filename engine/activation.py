@@ -12,7 +12,7 @@ from core.ids import new_id
 from engine.budget import attempt_budget
 from engine.commands import is_text
 from engine.quota import Quota
-from engine.signals import wait_take_buffered, wait_take_foreseen
+from engine.signaling import wait_take_buffered, wait_take_foreseen
 from engine.state import touch
 from history.locking import LockSet
 from history.models import (

@@ -19,7 +19,7 @@ from django.db.models import Case, Count, Exists, F, Max, Min, OuterRef, Q, Quer
 from django.db.models.functions import Coalesce
 
 from core import clock
-from engine.signals import wait_winner
+from engine.signaling import wait_winner
 from history.models import (
     TERMINAL_TASK_STATES,
     Activation,

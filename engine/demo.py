@@ -16,7 +16,7 @@ from engine.definitions import definition_create
 from engine.handlers import claim_execute
 from engine.instances import instance_cancel, instance_pause, instance_start
 from engine.runner import runner_settle
-from engine.signals import signal_accept
+from engine.signaling import signal_accept
 from engine.worker import Claim, task_claim
 from history.models import Namespace, Scope, Step, Task, WorkflowInstance
 from history.tenancy import actor_id_for, namespace_ensure

@@ -17,7 +17,7 @@ from engine.definitions import contract_violation, poll_classify
 from engine.incidents import open_instance_ids
 from engine.poll import NoRound, poll_next_round
 from engine.quota import quota_of
-from engine.signals import signal_spec_of, wait_satisfy, wait_winner
+from engine.signaling import signal_spec_of, wait_satisfy, wait_winner
 from engine.state import FINISHED, instance_enter_review, step_enter_review, touch
 from history.locking import Level, LockSet, atomic_with_retry
 from history.models import (

@@ -20,9 +20,16 @@ from recovery.operations import OPERATIONS
 from recovery.pipeline import Operation, plan_preview
 
 _PREVIEW_REASON = "preview"
-# The operations judged per step (on a task of the step, or the step), and per instance.
-_IN_STEP = [op for op in OPERATIONS.values() if op.target in ("task", "step")]
-_ON_INSTANCE = [op for op in OPERATIONS.values() if op.target == "instance"]
+
+
+def _step_operations() -> list[Operation]:
+    """The operations judged per step (on a task of the step, or the step), read from OPERATIONS when asked."""
+    return [op for op in OPERATIONS.values() if op.target in ("task", "step")]
+
+
+def _instance_operations() -> list[Operation]:
+    """The operations judged per instance, read from OPERATIONS when asked."""
+    return [op for op in OPERATIONS.values() if op.target == "instance"]
 
 
 def _refused(error: WeaveError) -> dict:
@@ -96,19 +103,21 @@ def _eligibility(*, identity: Identity, instance: WorkflowInstance, steps: Itera
     except WeaveError as error:
         return _refused_everywhere(instance=instance, steps=steps, error=error)
     review_tasks = _review_tasks_by_step(instance)
+    in_step = _step_operations()
     return {
         "revision": str(instance.revision),
-        **{op.name: _evaluate(ctx, op, _command(ctx, op)) for op in _ON_INSTANCE},
-        "steps": {s.key: {op.name: _in_step(ctx, op, s, review_tasks.get(s.id, [])) for op in _IN_STEP} for s in steps},
+        **{op.name: _evaluate(ctx, op, _command(ctx, op)) for op in _instance_operations()},
+        "steps": {s.key: {op.name: _in_step(ctx, op, s, review_tasks.get(s.id, [])) for op in in_step} for s in steps},
     }
 
 
 def _refused_everywhere(*, instance: WorkflowInstance, steps: list[Step], error: WeaveError) -> dict:
     refusal = _refused(error)
+    in_step = _step_operations()
     return {
         "revision": str(instance.revision),
-        **{op.name: refusal for op in _ON_INSTANCE},
-        "steps": {s.key: {op.name: refusal for op in _IN_STEP} for s in steps},
+        **{op.name: refusal for op in _instance_operations()},
+        "steps": {s.key: {op.name: refusal for op in in_step} for s in steps},
     }
 
 

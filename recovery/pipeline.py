@@ -124,6 +124,10 @@ class Operation(abc.ABC):
     step_kinds: tuple[str, ...] = ()
     # It creates a task, so it can meet a full application or queue quota (RESOURCE_EXHAUSTED).
     takes_quota: bool = False
+    # Concludes the step by hand: the console's Next offers it after the operations that keep the step's work going.
+    concludes_by_hand: bool = False
+    # The words of its bulk action on the instance list; empty: it has none.
+    bulk: str = ""
     # The command fields an eligibility judges it with, beyond the revisions it reads and the declaration.
     preview_defaults: Mapping[str, object] = MappingProxyType({})
 

@@ -17,7 +17,7 @@ from recovery.pipeline import Effect, Plan, change
 from recovery.step_history import StepHistory
 
 # The step, new activation, new wait and buffered signal after the operation: the new generation waits, or it
-# takes a buffered signal at once and the signal's disposition decides (``engine.signals.wait_satisfy``).
+# takes a buffered signal at once and the signal's disposition decides (``engine.signaling.wait_satisfy``).
 _WAITS = (StepState.WAITING, ActivationState.WAITING, WaitState.WAITING, None)
 _TAKES = {
     Disposition.APPLIED: (StepState.SUCCEEDED, ActivationState.SUCCEEDED, WaitState.SATISFIED, SignalState.CONSUMED),

@@ -34,7 +34,7 @@ if [ "$(id -u)" = 0 ] || { [ -f /usr/lib/galera/libgalera_smm.so ] && command -v
   scripts/galera.sh start
   trap 'scripts/galera.sh stop' EXIT
   WEAVE_DATABASE_URL="$(scripts/galera.sh url weave)" pytest -n 2 tests/reliability/test_races.py \
-    tests/engine/test_concurrency.py tests/engine/test_certifiable.py tests/test_cluster_connect.py "$@"
+    tests/engine/test_concurrency.py tests/engine/test_certifiable.py tests/core/test_cluster_connect.py "$@"
   scripts/galera.sh counts
 elif [ "${CI:-}" = true ]; then
   echo "the Galera cluster is required under CI=true" >&2

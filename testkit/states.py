@@ -21,7 +21,7 @@ from engine import runner
 from engine.check import invariants_check
 from engine.inbox import inbox_consume_next
 from engine.instances import instance_cancel, instance_pause
-from engine.signals import signal_accept
+from engine.signaling import signal_accept
 from engine.worker import task_claim, task_complete
 from history.models import (
     Activation,

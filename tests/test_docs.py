@@ -33,6 +33,13 @@ def test_the_api_guide_has_a_body_for_every_recovery_operation():
     assert set(_bodies()) == set(OPERATIONS)
 
 
+def test_the_concepts_table_lists_every_recovery_operation_in_order_with_its_declaration():
+    text = (ROOT / "docs" / "concepts.md").read_text()
+    table = text.split("## The recovery operations", 1)[1].split("\n\n", 2)[1]
+    rows = re.findall(r"^\| \w+ \| `([a-z-]+)` \| [^|]+ \| `(\w+)`", table, re.M)
+    assert rows == [(op.name, op.declaration) for op in OPERATIONS.values()]
+
+
 @pytest.mark.parametrize("name", sorted(OPERATIONS))
 def test_each_recovery_body_of_the_api_guide_is_a_command_its_operation_accepts(name):
     body = _bodies().get(name)

@@ -269,7 +269,7 @@ REST_FRAMEWORK = {
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Weave API",
-    "DESCRIPTION": "History reads, workflow control and the six recovery operations.",
+    "DESCRIPTION": "History reads, workflow control and the recovery operations.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",

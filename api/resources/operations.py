@@ -4,7 +4,7 @@ proposals an approval policy holds. The receipt and the proposal are written by 
 
 from collections.abc import Mapping
 from dataclasses import fields
-from functools import partial
+from functools import cache
 
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
@@ -34,7 +34,6 @@ from history.models import SignalOperation, WorkflowOperation
 from history.selectors import operations as operation_reads
 from history.selectors.pagination import Page
 from recovery.commands import NOT_NULL
-from recovery.operations import OPERATIONS
 
 
 @extend_schema_field({"type": "object", "nullable": True, "additionalProperties": True})
@@ -159,9 +158,8 @@ def _declaration(asserts: str) -> DeclarationField:
 
 
 # The OpenAPI field of each command field (recovery.commands checks them); every field is required.
-# A declaration field is documented by what its operation's operator asserts.
+# A declaration field is documented by what its operation's operator asserts (``_command``).
 _COMMAND_FIELDS = {
-    **{op.declaration: partial(_declaration, op.command_class.declaration.asserts) for op in OPERATIONS.values()},
     "expected_revision": lambda: RevisionField(help_text="the instance's current revision (not control)"),
     "reason": reason,
     "evidence_ref": evidence_ref,
@@ -186,13 +184,21 @@ def _variant_field(value: str) -> serializers.Field:
 
 
 def _command(name: str, command_class: type, variant: Mapping[str, str]) -> type[serializers.Serializer]:
+    declaration = command_class.declaration
+
     def made(field: str) -> serializers.Field:
-        return _variant_field(variant[field]) if field in variant else _COMMAND_FIELDS[field]()
+        if field in variant:
+            return _variant_field(variant[field])
+        if field == declaration.field:
+            return _declaration(declaration.asserts)
+        return _COMMAND_FIELDS[field]()
 
     return type(name, (Command,), {field.name: made(field.name) for field in fields(command_class)})
 
 
-def _described(operation) -> type[serializers.Serializer] | PolymorphicProxySerializer:
+@cache
+def command_described(operation) -> type[serializers.Serializer] | PolymorphicProxySerializer:
+    """The OpenAPI command of an entry of OPERATIONS, made when first asked, then the same one (one component)."""
     name = operation.command_class.__name__
     variants = operation.command_class.variants or {"": {}}
     if len(variants) == 1:
@@ -204,9 +210,6 @@ def _described(operation) -> type[serializers.Serializer] | PolymorphicProxySeri
         ],
         resource_type_field_name=None,
     )
-
-
-COMMANDS = {name: _described(operation) for name, operation in OPERATIONS.items()}
 
 
 class RecoveryReceipt(serializers.Serializer):

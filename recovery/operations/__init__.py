@@ -1,4 +1,4 @@
-"""The six recovery operations, one module each, and ``OPERATIONS``: the one list of them.
+"""The recovery operations, one module each, and ``OPERATIONS``: the one list of them.
 
 Every table of operations (API routes and their documentation, console forms and buttons,
 eligibility entries) is built from this list, in this order.

@@ -95,6 +95,7 @@ class Continue(Operation):
     title = "Continue instance"
     target = "instance"
     command_class = ContinueCommand
+    bulk = "Continue selected instances"
 
     def check(self, ctx: Context, command: ContinueCommand) -> ContinuePlan:
         ctx.require_revision(command.expected_revision)

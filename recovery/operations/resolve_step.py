@@ -84,6 +84,7 @@ class ResolveStep(Operation):
     title = "Resolve step"
     target = "step"
     command_class = ResolveStepCommand
+    concludes_by_hand = True
     # Judged as a FAILED conclusion: a SUCCEEDED one also needs a result of the step's contract.
     preview_defaults = MappingProxyType(
         {"conclusion": "FAILED", "result": ExactResult(text='"preview"', value="preview")}

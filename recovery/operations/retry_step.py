@@ -242,6 +242,7 @@ class RetryStep(Operation):
     step_kinds = (StepKind.TASK, StepKind.POLL)
     command_class = RetryStepCommand
     takes_quota = True
+    bulk = "Retry one step on selected instances"
 
     def check(self, ctx: Context, command: RetryStepCommand) -> RetryPlan | RearmPlan:
         history = step_decision_resolve(ctx, command)

@@ -27,7 +27,8 @@ MAX_UINT32 = 2**32 - 1
 INSTANCE_STATES = ("RUNNING", "NEEDS_REVIEW", "CANCELLING", "SUCCEEDED", "FAILED", "CANCELLED")
 STOP_KINDS = ("CANCEL", "FAIL")
 ORDERS = ("updated_at", "created_at", "review_since")
-RECOVERY_OPERATIONS = ("review-task", "resolve-step", "continue-poll", "rearm-wait", "continue", "retry-step")
+# A recovery operation's name; which names exist is the server's list (an unknown one is NOT_FOUND).
+OPERATION_NAME = re.compile(r"[a-z]+(-[a-z]+)*")
 MAX_REVISION = 2**64 - 1
 MAX_REASON = 1024
 MAX_NOTE_TEXT = 4000
@@ -674,12 +675,12 @@ class WeaveClient:
     def recover(
         self, workflow_id: str, operation: str, *, idempotency_key: str, command: Mapping[str, Any]
     ) -> t.Response:
-        """One of the six recovery operations; ``data`` is the typed Receipt, or the Proposal (status 202) where an
-        approval policy holds the operation for a second person."""
+        """One recovery operation by its API name (``retry-step``); ``data`` is the typed Receipt, or the
+        Proposal (status 202) where an approval policy holds the operation for a second person."""
         _check_id(workflow_id, "id")
-        if operation not in RECOVERY_OPERATIONS:
+        if not isinstance(operation, str) or not OPERATION_NAME.fullmatch(operation):
             raise InvalidArgument(
-                "INVALID_ARGUMENT", f"operation must be one of {RECOVERY_OPERATIONS}", field="operation"
+                "INVALID_ARGUMENT", "operation must be an operation's API name, e.g. retry-step", field="operation"
             )
         answer = self._send(
             "POST", f"/v1/workflows/{workflow_id}/recovery/{operation}", body=command, idempotency_key=idempotency_key

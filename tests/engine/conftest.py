@@ -1,4 +1,4 @@
-"""Engine test fixtures: a namespace with quota rows, the clock reset around each test, a backoff recorder."""
+"""Engine test fixtures: quota rows, the clock reset around each test, a backoff recorder."""
 
 import datetime as dt
 import threading
@@ -7,14 +7,6 @@ import pytest
 
 from core import clock
 from history.models import Application, Queue
-from history.tenancy import namespace_ensure
-from testkit.driver import Engine
-
-
-@pytest.fixture
-def engine(db):
-    namespace, application, queues = namespace_ensure(name="acme", application="billing", queues=["payments", "polls"])
-    return Engine(namespace, application, queues)
 
 
 @pytest.fixture

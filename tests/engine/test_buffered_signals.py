@@ -8,7 +8,7 @@ import datetime as dt
 
 from core import clock
 from engine import runner
-from engine.signals import signal_accept
+from engine.signaling import signal_accept
 from history.models import (
     Activation,
     Disposition,

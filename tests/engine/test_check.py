@@ -6,7 +6,7 @@ from core import clock
 from engine.check import invariants_check
 from engine.incidents import incidents_resolve
 from engine.runner import runner_settle
-from engine.signals import signal_accept
+from engine.signaling import signal_accept
 from history.models import (
     Activation,
     Application,

@@ -14,7 +14,7 @@ from engine.check import invariants_check
 from engine.handlers import claim_execute
 from engine.instances import instance_cancel
 from engine.runner import pass_lease_expiry, runner_pass, runner_settle
-from engine.signals import signal_accept
+from engine.signaling import signal_accept
 from engine.worker import task_claim_batch, task_complete
 from history.locking import Level, LockSet
 from history.models import (

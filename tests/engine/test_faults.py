@@ -16,7 +16,7 @@ from core import clock
 from core.ids import ROOT_STEP_KEY
 from engine import runner
 from engine.instances import instance_cancel, instance_pause, instance_resume, instance_start
-from engine.signals import signal_accept
+from engine.signaling import signal_accept
 from engine.worker import task_complete, task_heartbeat
 from history.models import Gate, InboxRecord, Signal, Step, Task, Wait, WorkflowInstance
 from testkit import states

@@ -22,7 +22,7 @@ from engine.definitions import contract_violation
 from engine.handlers import HANDLERS, Handler, HandlerResult
 from engine.incidents import error_class_of
 from engine.management.commands import weave_runner, weave_worker
-from engine.signals import signal_accept
+from engine.signaling import signal_accept
 from history.models import (
     InboxRecord,
     InboxState,

@@ -155,7 +155,7 @@ def test_a_succeeded_classification_waits_for_the_final_signal(engine):
     activation = _activation(instance)
     wait = Wait.objects.get(pk=activation.wait_id)
     assert (activation.state, wait.kind, wait.correlation_key) == ("WAITING", "POLL_FINAL_SIGNAL", "o-1")
-    from engine.signals import signal_accept
+    from engine.signaling import signal_accept
 
     signal_accept(
         identity=engine.identity,

@@ -5,7 +5,7 @@ from django.db import transaction
 
 from core import clock
 from core.errors import FailedPrecondition, InvalidArgument
-from engine.signals import signal_accept
+from engine.signaling import signal_accept
 from history.models import (
     Activation,
     Disposition,

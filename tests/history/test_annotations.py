@@ -25,8 +25,8 @@ from history.selectors.annotations import review_attention_of
 from recovery.operations import instance_continue, step_retry
 from testkit import states
 from testkit.driver import Engine, task_step
+from tests.api.test_openapi import Described, _operation
 from tests.conftest import bearer
-from tests.history.test_openapi import Described, _operation
 from tests.recovery.digest import assert_refused
 
 pytestmark = pytest.mark.django_db

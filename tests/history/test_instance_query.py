@@ -10,9 +10,8 @@ from history.credentials import credential_issue
 from history.models import InstanceState, ReviewCause, Scope, StopKind
 from history.selectors import instance_list
 from history.tenancy import namespace_ensure
-from tests.conftest import bearer
+from tests.conftest import bearer, error_of
 from tests.factories import WorkflowDefinitionFactory, WorkflowInstanceFactory, task_step
-from tests.history.conftest import error_of
 
 T0 = dt.datetime(2026, 9, 18, 8, 0, 0, tzinfo=dt.UTC)
 ITEM_KEYS = {

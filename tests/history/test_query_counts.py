@@ -26,9 +26,8 @@ from history.models import (
     WorkflowOperation,
 )
 from recovery.eligibility import instance_eligibility
-from tests.conftest import bearer
+from tests.conftest import ENDPOINTS, LISTS, bearer
 from tests.factories import activate, poll_round, step_of
-from tests.history.conftest import ENDPOINTS, LISTS
 
 # Authentication (1) + the instance with its definition, namespace name and gate (1), then what each endpoint
 # reads itself. Every endpoint is at most 6.

@@ -10,9 +10,8 @@ from django.test import RequestFactory
 from console.admin import WorkflowInstanceAdmin
 from history.models import Operator, Scope, WorkflowInstance
 from history.selectors.access import INSTANCE_NOT_FOUND
-from tests.conftest import bearer
+from tests.conftest import STEPS, bearer
 from tests.factories import NamespaceFactory, WorkflowInstanceFactory
-from tests.history.conftest import STEPS
 
 COMMON = {"expected_revision": "1", "reason": "checked", "evidence_ref": "ticket:OPS-1"}
 SIGNAL = {"name": "approve", "payload_version": "1", "payload": {}, "correlation_key": "", "reason": "checked"}

@@ -7,7 +7,7 @@ import pytest
 from core import clock
 from engine import runner
 from engine.runner import runner_settle
-from engine.signals import signal_accept
+from engine.signaling import signal_accept
 from history.credentials import identity_of_credential
 from history.models import (
     Activation,

@@ -31,7 +31,6 @@ from testkit import requests as rq
 from testkit import states
 from testkit.driver import Engine
 from tests.conftest import bearer
-from tests.console import conftest as console_conftest
 from tests.recovery.digest import history_digest
 from tests.reliability import test_security
 from tests.reliability.test_security import ENDPOINTS, _issue, served_endpoints
@@ -39,8 +38,6 @@ from tests.reliability.test_security import ENDPOINTS, _issue, served_endpoints
 pytestmark = pytest.mark.django_db
 # The security sweep's world: an instance in review with a row of every kind, a startable definition, a queue.
 security_world = test_security.security_world
-# Staff users of the console, as its own tests make them.
-console_user = console_conftest.console_user
 
 FUZZ = settings(
     max_examples=25,
@@ -197,7 +194,7 @@ def recovery(request, api, tenancy, everything_token):
 
 @pytest.fixture
 def operations(api, tenancy, everything_token):
-    """All six operations at once, for inputs every one of them treats alike (headers, body framing)."""
+    """Every recovery operation at once, for inputs every one of them treats alike (headers, body framing)."""
     return [_recovery(api, tenancy, everything_token, *operation) for operation in OPERATIONS]
 
 

@@ -21,7 +21,7 @@ from engine.check import invariants_check
 from engine.handlers import claim_execute
 from engine.instances import instance_pause, instance_resume
 from engine.runner import runner_pass
-from engine.signals import signal_accept
+from engine.signaling import signal_accept
 from history.credentials import identity_of_credential
 from history.locking import RetryStats
 from history.models import (

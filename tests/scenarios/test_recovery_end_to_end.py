@@ -15,7 +15,7 @@ from engine.check import invariants_check
 from engine.demo import POLLS, TASKS, demo_run
 from engine.handlers import claim_execute
 from engine.runner import runner_settle
-from engine.signals import signal_accept
+from engine.signaling import signal_accept
 from engine.worker import task_claim
 from history.models import Activation, InboxRecord, Namespace, PollRound, Scope, Signal, Step, Task, WorkflowInstance
 from recovery.operations import OPERATIONS

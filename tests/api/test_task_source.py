@@ -10,8 +10,7 @@ from history.selectors.tasks import TASK_NOT_FOUND
 from history.tenancy import namespace_ensure
 from testkit import states
 from testkit.driver import Engine
-from tests.conftest import bearer
-from tests.history.conftest import error_of
+from tests.conftest import bearer, error_of
 
 LEDGER_STEP = {"key": "ship", "kind": "TASK", "after": ["charge"], "handler": "ship", "queue": "ledger"}
 NOT_FOUND = (404, "NOT_FOUND", None)

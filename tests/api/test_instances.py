@@ -17,7 +17,7 @@ from history.models import (
     Task,
     TaskState,
 )
-from tests.conftest import bearer
+from tests.conftest import bearer, error_of
 from tests.factories import (
     AttemptFactory,
     WorkflowInstanceFactory,
@@ -26,7 +26,6 @@ from tests.factories import (
     poll_round,
     step_of,
 )
-from tests.history.conftest import error_of
 
 T0 = dt.datetime(2026, 9, 18, 8, 0, 0, tzinfo=dt.UTC)
 

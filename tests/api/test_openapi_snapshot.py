@@ -15,7 +15,7 @@ from django.test import override_settings
 
 pytestmark = pytest.mark.django_db
 
-SNAPSHOT = Path(__file__).resolve().parent.parent / "api" / "openapi.snapshot.json"
+SNAPSHOT = Path(__file__).resolve().parents[2] / "api" / "openapi.snapshot.json"
 REWRITE = (
     "DJANGO_SETTINGS_MODULE=weave_site.settings_test .venv/bin/python manage.py spectacular "
     "--format openapi-json --validate --fail-on-warn --file api/openapi.snapshot.json"

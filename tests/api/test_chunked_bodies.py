@@ -31,7 +31,7 @@ from tests.recovery.digest import history_digest
 from tests.reliability.load import database_url
 from weave_site.wsgi import application
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 4096
 
 

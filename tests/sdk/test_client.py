@@ -51,7 +51,7 @@ PAGE = {"instance_id": W, "revision": "12", "step_id": S, "items": [ITEM]}
         (lambda c: c.get_workflow_task(W, ""), "task"),
         (lambda c: c.retry_step(W, idempotency_key="", command={}), "Idempotency-Key"),
         (lambda c: c.retry_step(W, idempotency_key="a b", command={}), "Idempotency-Key"),
-        (lambda c: c.recover(W, "undo", idempotency_key="k1", command={}), "operation"),
+        (lambda c: c.recover(W, "retry_step", idempotency_key="k1", command={}), "operation"),
         (lambda c: c.approve_proposal(W, "p-1", idempotency_key="k1"), "proposal_id"),
         (lambda c: c.reject_proposal(W, G, idempotency_key="", reason="no"), "Idempotency-Key"),
     ],

@@ -3,7 +3,7 @@
 import datetime as dt
 
 from history.models import Disposition, Signal, SignalOperation, SignalState, Wait
-from tests.conftest import bearer
+from tests.conftest import bearer, error_of
 from tests.factories import (
     NamespaceFactory,
     SignalFactory,
@@ -13,7 +13,6 @@ from tests.factories import (
     activate,
     step_of,
 )
-from tests.history.conftest import error_of
 
 T0 = dt.datetime(2026, 9, 18, 8, 0, 0, tzinfo=dt.UTC)
 ITEM_KEYS = [

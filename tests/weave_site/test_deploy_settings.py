@@ -26,7 +26,7 @@ from history.models import Scope
 from testkit.states import task_unknown_state
 from tests.conftest import bearer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STRONG_KEY = secrets.token_urlsafe(50)
 
 

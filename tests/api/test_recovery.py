@@ -145,7 +145,7 @@ def test_the_same_key_for_another_command_is_409_already_exists(api, tenancy, re
         ("continue", rq.continue_, states.task_resolved_state),
     ],
 )
-def test_each_of_the_six_routes_runs_its_operation(api, tenancy, recover_token, operation, build, make):
+def test_each_route_runs_its_operation(api, tenancy, recover_token, operation, build, make):
     state = make(tenancy)
     response = _post(api, recover_token.token, state, operation, build(state))
     assert response.status_code == 200

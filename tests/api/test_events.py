@@ -10,8 +10,7 @@ from history.selectors.access import INSTANCE_NOT_FOUND
 from history.selectors.events import MAX_SEQUENCE, EventFilters, event_queryset
 from history.tenancy import namespace_ensure
 from testkit import states
-from tests.conftest import bearer
-from tests.history.conftest import error_of
+from tests.conftest import bearer, error_of
 
 ITEM_KEYS = {
     "sequence",

@@ -32,9 +32,8 @@ from recovery.operations import OPERATIONS as RECOVERY_OPERATIONS
 from testkit import requests as rq
 from testkit import states
 from testkit.driver import Engine
-from tests.conftest import bearer
+from tests.conftest import ENDPOINTS, bearer
 from tests.factories import AttemptFactory, SignalFactory, activate, step_of
-from tests.history.conftest import ENDPOINTS
 
 T0 = dt.datetime(2026, 9, 18, 8, 0, 0, tzinfo=dt.UTC)
 OPERATIONS = {

@@ -13,9 +13,8 @@ from history.models import (
     WaitState,
     WorkflowInstance,
 )
-from tests.conftest import bearer
+from tests.conftest import bearer, error_of
 from tests.factories import NamespaceFactory, SignalFactory, activate, poll_round, step_of
-from tests.history.conftest import error_of
 
 T0 = dt.datetime(2026, 9, 18, 8, 0, 0, tzinfo=dt.UTC)
 

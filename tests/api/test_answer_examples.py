@@ -5,8 +5,8 @@ import datetime as dt
 import json
 
 from history.models import ActivationState, Signal, SignalState
+from tests.conftest import STEPS
 from tests.factories import WorkflowInstanceFactory, accept_signal, activate, poll_round, step_of
-from tests.history.conftest import STEPS
 
 T0 = dt.datetime(2026, 9, 18, 8, 0, 0, tzinfo=dt.UTC)
 S = dt.timedelta(seconds=1)

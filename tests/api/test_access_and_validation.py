@@ -6,7 +6,7 @@ import pytest
 
 from core import clock
 from history.models import Credential, Scope
-from tests.conftest import bearer
+from tests.conftest import DETAILS, ENDPOINTS, LISTS, STEPS, bearer, error_of
 from tests.factories import (
     NamespaceFactory,
     SignalOperationFactory,
@@ -16,7 +16,6 @@ from tests.factories import (
     poll_round,
     step_of,
 )
-from tests.history.conftest import DETAILS, ENDPOINTS, LISTS, STEPS, error_of
 
 OTHER_SCOPE = {Scope.READ: Scope.AUDIT_READ, Scope.AUDIT_READ: Scope.READ}
 BAD_IDS = ["A" * 32, "a" * 31, "a" * 33, "12345678-1234-1234-1234-123456789abc", "g" * 32]
