@@ -1,7 +1,12 @@
-.PHONY: run test test-cluster lint format integration docs
+.PHONY: run serve test test-cluster lint format integration docs
 
-run:  ## the demo on the embedded SQLite: migrate, seed, serve admin + API, run the background
+# make run PORT=8080 METRICS_PORT=9200: make puts a variable set on its command line in the recipe's environment,
+# where scripts/run.sh reads it (a bad port stops it before anything runs).
+run:  ## the demo on the embedded SQLite: migrate, seed, serve admin + API on PORT (8000), metrics on METRICS_PORT (9108), run the background
 	scripts/run.sh
+
+serve:  ## the production process model on MariaDB: gunicorn, the runner, workers and metrics under honcho (Procfile)
+	scripts/serve.sh
 
 test:  ## lint and the whole suite, on SQLite and on MariaDB, and the race tests on a Galera cluster
 	scripts/test.sh

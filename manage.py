@@ -9,7 +9,11 @@ def main() -> None:
     from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
 
+    from weave_site.observability import observability_init
+
     try:
+        # Sentry and traces for the background too (weave_runner, weave_worker), when their variables are set.
+        observability_init()
         execute_from_command_line(sys.argv)
     except ImproperlyConfigured as error:
         if settings.configured:

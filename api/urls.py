@@ -1,21 +1,25 @@
-"""Every /v1/ path and its view: history reads, engine commands and the worker protocol, recovery."""
+"""Every /v1/ path and its view: history reads, engine commands and the worker protocol, recovery, the background."""
 
 from django.urls import path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerSplitView
 
 from api import annotation_views, engine_views, history_views
+from api.health_views import BackgroundView
 from api.identity_views import CredentialSelfView
+from api.index_views import ApiIndexView
 from api.recovery_views import ProposalApproveView, ProposalRejectView, RecoveryView
 from recovery.operations import OPERATIONS
 
 W = "workflows/<str:id>"
 
 urlpatterns = [
-    path("credentials/self", CredentialSelfView.as_view()),
+    path("", ApiIndexView.as_view()),
+    path("credentials/self", CredentialSelfView.as_view(), name="credential-self"),
+    path("background", BackgroundView.as_view()),
     path("openapi.json", SpectacularJSONAPIView.as_view(), name="openapi-schema"),
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="openapi-schema"), name="openapi-docs"),
     # Before workflows/<id>, which would take "review-summary" for an id.
-    path("workflows/review-summary", history_views.ReviewSummaryView.as_view()),
+    path("workflows/review-summary", history_views.ReviewSummaryView.as_view(), name="review-summary"),
     path(f"{W}", history_views.InstanceDetailView.as_view()),
     path(f"{W}/steps/<str:key>/activations", history_views.ActivationListView.as_view()),
     path(f"{W}/steps/<str:key>/activations/<str:activation>", history_views.ActivationDetailView.as_view()),
@@ -30,7 +34,7 @@ urlpatterns = [
     path(f"{W}/notes", annotation_views.WorkflowNotesView.as_view()),
     path(f"{W}/acknowledge", annotation_views.WorkflowAcknowledgeView.as_view()),
     path(f"{W}/assign", annotation_views.WorkflowAssignView.as_view()),
-    path("workflows", engine_views.WorkflowsView.as_view()),
+    path("workflows", engine_views.WorkflowsView.as_view(), name="workflows"),
     path(f"{W}/pause", engine_views.WorkflowPauseView.as_view()),
     path(f"{W}/resume", engine_views.WorkflowResumeView.as_view()),
     path(f"{W}/cancel", engine_views.WorkflowCancelView.as_view()),

@@ -6,6 +6,7 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path
 
+from console.background import background_box
 from console.proposals import queue_proposals
 from console.queue import review_queue
 from console.saved_views import SavedViewForm, delete_view, kept_query, save_view, view_url, views_of
@@ -104,6 +105,7 @@ class ConsoleSite(admin.AdminSite):
         identity = identity_of_user(request.user)
         context = {
             "queue": review_queue(request),
+            "background": background_box(request),
             "proposals": queue_proposals(identity) if identity is not None else [],
             "saved_views": [(view, view_url(view)) for view in views_of(request.user)],
             "save_form": SavedViewForm(user=request.user),

@@ -5,9 +5,13 @@ for all of them (``make run`` sets it), each writes its samples there and the ex
 """
 
 import contextvars
+import time
 from contextlib import contextmanager
 
 from prometheus_client import Counter, Histogram
+
+from core.logs import access_log
+from core.request_id import request_id_of
 
 RUNNER_PASS_SECONDS = Histogram("weave_runner_pass_seconds", "Duration of one runner pass, by pass.", ["pass_name"])
 RUNNER_ITEMS = Counter("weave_runner_items", "Items runner passes handled, by pass.", ["pass_name"])
@@ -21,6 +25,15 @@ RECOVERY_OPERATIONS = Counter(
     ["operation", "outcome"],
 )
 HTTP_REQUESTS = Counter("weave_http_requests", "HTTP answers of the server, by status code.", ["status"])
+HTTP_REQUEST_SECONDS = Histogram(
+    "weave_http_request_duration_seconds",
+    "Time the server took to answer, by URL pattern, method and status code.",
+    ["route", "method", "status"],
+)
+# Labels take only these methods (any other counts as "other") and URL patterns, never a raw path: what a
+# client sends cannot grow the number of series.
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+UNMATCHED = "unmatched"
 
 
 _uncounted = contextvars.ContextVar("weave_metrics_uncounted", default=False)
@@ -41,13 +54,26 @@ def count(counter: Counter, *labels: str) -> None:
         counter.labels(*labels).inc()
 
 
+def route_of(request) -> str:
+    """The URL pattern the request matched (e.g. ``v1/workflows/<str:id>``); ``unmatched`` when none did, or when
+    the answer came before the URL was resolved (a redirect to HTTPS, a refused body)."""
+    match = request.resolver_match
+    return match.route if match is not None else UNMATCHED
+
+
 class HttpMetricsMiddleware:
-    """Counts every answer by its status code."""
+    """Counts and times every answer by route, method and status, and logs its access line."""
 
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
+        started = time.perf_counter()
         response = self.get_response(request)
-        HTTP_REQUESTS.labels(str(response.status_code)).inc()
+        seconds = time.perf_counter() - started
+        route, status = route_of(request), response.status_code
+        method = request.method if request.method in HTTP_METHODS else "other"
+        HTTP_REQUESTS.labels(str(status)).inc()
+        HTTP_REQUEST_SECONDS.labels(route, method, str(status)).observe(seconds)
+        access_log(method=method, route=route, status=status, seconds=seconds, request_id=request_id_of(request))
         return response

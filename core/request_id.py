@@ -1,6 +1,7 @@
 """Every request gets a 32-hex request id, echoed in X-Request-Id and in the envelope."""
 
 from core.ids import new_id
+from core.logs import log_context
 
 
 def request_id_of(request) -> str:
@@ -16,6 +17,7 @@ class RequestIdMiddleware:
 
     def __call__(self, request):
         request_id = request_id_of(request)
-        response = self.get_response(request)
+        with log_context(request_id=request_id):
+            response = self.get_response(request)
         response["X-Request-Id"] = request_id
         return response

@@ -1,14 +1,24 @@
-"""Keeping the long-running background alive through a database outage."""
+"""Keeping the long-running background alive through a database outage, and its heartbeat."""
 
+import datetime as dt
 import logging
+import os
+import socket
 import threading
 
 from django import db
 from django.db import connection
 
+from core import clock
+from history.background import background_process_beat, background_process_start
+from history.models import BackgroundProcess, ProcessKind
+
 log = logging.getLogger("weave.background")
 
 BACKOFF_SECONDS = (0.5, 1, 2, 5, 10)
+# A busy or idle process finishes many passes a second (a worker's threads each claim): its row is written
+# at most this often, which is plenty against a staleness measured in tens of seconds.
+BEAT_EVERY = dt.timedelta(seconds=1)
 
 
 class Outage:
@@ -32,3 +42,47 @@ class Outage:
             return None
         self.failures = 0
         return result
+
+
+class ProcessBeat:
+    """This process's heartbeat row (``history.background``): inserted at ``start``, its last beat and counts
+    written after a pass at most once per ``BEAT_EVERY`` (one UPDATE), and its stop time at a clean exit.
+
+    The counts live here, so a write that meets a database outage (raised like any unit of work, for
+    ``Outage`` to back off) loses nothing: the next write carries them. A worker's threads share one; its
+    writes are made one at a time, so the row's counts only grow.
+    """
+
+    def __init__(self, kind: ProcessKind, *, queue: str = "", namespace_id: str | None = None) -> None:
+        self.process = BackgroundProcess(
+            kind=kind, host=socket.gethostname()[:255], pid=os.getpid(), queue=queue, namespace_id=namespace_id
+        )
+        self.process.beat_at = self.process.started_at
+        self._lock = threading.Lock()
+        self._written_at: dt.datetime | None = None
+
+    def start(self) -> None:
+        with self._lock:
+            background_process_start(process=self.process)
+            self._written_at = clock.now()
+
+    def beat(self, items: int) -> None:
+        """Count one finished pass that handled ``items``; write the row unless it was written within ``BEAT_EVERY``."""
+        with self._lock:
+            now = clock.now()
+            self.process.passes += 1
+            self.process.items += items
+            self.process.beat_at = now
+            if self._written_at is not None and now - self._written_at < BEAT_EVERY:
+                return
+            background_process_beat(process=self.process)
+            self._written_at = now
+
+    def stop(self) -> None:
+        """Record a clean exit; the database being down then is logged, not raised: the process ends either way."""
+        with self._lock:
+            self.process.stopped_at = clock.now()
+            try:
+                background_process_beat(process=self.process)
+            except db.Error as error:
+                log.warning("%s: the stop was not recorded (%s)", self.process, error.__class__.__name__)

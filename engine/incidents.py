@@ -19,6 +19,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 
 from core import clock
+from core.logs import log_context
 from engine.state import instance_enter_review, touch
 from history.locking import Level, LockSet, is_retryable
 from history.models import Incident, ReviewCause, WorkflowInstance
@@ -55,19 +56,23 @@ def isolated(item: Item, work: Callable[[], T]) -> T | None:
     An item still colliding with another transaction after the bounded retry is left for the next pass, as
     one another runner holds is (on a Galera cluster SKIP LOCKED does not see another node's locks: the
     collision shows at commit instead)."""
-    try:
-        return work()
-    except db.OperationalError as error:
-        if not is_retryable(error):
+    # Every line logged about the item (its incident, a retry given up) names its instance.
+    with log_context(instance=item.instance_id):
+        try:
+            return work()
+        except db.OperationalError as error:
+            if not is_retryable(error):
+                raise
+            log.warning("%s %s: busy after retries, left for the next pass", item.duty, item.instance_id)
+            return None
+        except db.Error:
             raise
-        log.warning("%s %s: busy after retries, left for the next pass", item.duty, item.instance_id)
-        return None
-    except db.Error:
-        raise
-    except Exception as error:
-        item_id = (item.item_id() if callable(item.item_id) else item.item_id) or item.instance_id or ""
-        incident_record(duty=item.duty, item_kind=item.kind, item_id=item_id, instance_id=item.instance_id, error=error)
-        return None
+        except Exception as error:
+            item_id = (item.item_id() if callable(item.item_id) else item.item_id) or item.instance_id or ""
+            incident_record(
+                duty=item.duty, item_kind=item.kind, item_id=item_id, instance_id=item.instance_id, error=error
+            )
+            return None
 
 
 def error_class_of(error: BaseException) -> str:

@@ -16,6 +16,8 @@ from django import db
 from django.db.models import Exists, OuterRef, Q
 
 from core import clock, exactjson
+from core.ids import new_id
+from core.logs import log_context
 from core.metrics import RUNNER_ITEMS, RUNNER_PASS_SECONDS
 from engine.activation import poll_round_start
 from engine.advance import continuation_create, continuations_apply, instance_lock_graph
@@ -392,19 +394,23 @@ def runner_pass() -> dict[str, int]:
     """One pass of every duty, in a fixed order; returns how many items each pass handled.
 
     Items are isolated inside each pass; a non-database error outside any item (a pass's own
-    candidate query) is logged and that pass counts 0, so the other duties still run.
+    candidate query) is logged and that pass counts 0, so the other duties still run. Every line
+    logged during the pass carries its own ``pass_id``.
     """
     counts = {}
-    for name, run in PASSES.items():
-        try:
-            with RUNNER_PASS_SECONDS.labels(name).time():
-                counts[name] = run()
-        except db.Error:
-            raise
-        except Exception as error:
-            log.error("%s: the pass failed with %s; the other passes go on", name, error_class_of(error))
-            counts[name] = 0
-        RUNNER_ITEMS.labels(name).inc(counts[name])
+    with log_context(pass_id=new_id()):
+        for name, run in PASSES.items():
+            try:
+                with RUNNER_PASS_SECONDS.labels(name).time():
+                    counts[name] = run()
+            except db.Error:
+                raise
+            except Exception as error:
+                log.error("%s: the pass failed with %s; the other passes go on", name, error_class_of(error))
+                counts[name] = 0
+            RUNNER_ITEMS.labels(name).inc(counts[name])
+        if busy := {name: count for name, count in counts.items() if count}:
+            log.info("runner pass: %s", " ".join(f"{name}={count}" for name, count in busy.items()))
     return counts
 
 

@@ -2,7 +2,8 @@
 
 The gauges are read at each scrape, each from an index: instances in review by namespace, definition
 and cause, the oldest review per namespace, the reviews past their definition's SLA, the inbox records
-waiting or set aside, and the recovery proposals waiting for a second person per namespace.
+waiting or set aside, the recovery proposals waiting for a second person per namespace, and the age of each
+running background process's last beat.
 """
 
 import datetime as dt
@@ -24,6 +25,7 @@ from history.models import (
     WorkflowDefinition,
     WorkflowInstance,
 )
+from history.selectors.background import background_status
 
 
 class DatabaseCollector:
@@ -84,6 +86,19 @@ class DatabaseCollector:
         for namespace_id, n in pending.values_list("namespace_id").annotate(n=Count("*")).order_by():
             proposals.add_metric([namespaces.get(namespace_id, namespace_id)], n)
         yield proposals
+
+        beats = GaugeMetricFamily(
+            "weave_background_heartbeat_age_seconds",
+            "Seconds since each running (not stopped) runner or worker process last finished a pass.",
+            labels=["kind", "queue", "host", "pid"],
+        )
+        for status in background_status(identity=None).processes:
+            process = status.process
+            if process.stopped_at is None:
+                beats.add_metric(
+                    [process.kind, process.queue, process.host, str(process.pid)], status.age.total_seconds()
+                )
+        yield beats
 
 
 class _ThisProcess:

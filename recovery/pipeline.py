@@ -34,6 +34,7 @@ from core import clock, exactjson
 from core.errors import Aborted, Unauthenticated, WeaveError
 from core.identity import Identity
 from core.ids import new_id
+from core.logs import log_context
 from core.metrics import RECOVERY_OPERATIONS, count
 from engine.state import instance_control_touch
 from history import idempotency
@@ -225,18 +226,19 @@ def operation_execute(
     idempotency.key_check(idempotency_key)
     parsed = operation.command_class.parse(command)
     fingerprint = idempotency.fingerprint(operation=operation.name, target=instance_id, command=command)
-    return key_retried(
-        lambda: _commit(
-            operation=operation,
-            identity=identity,
-            instance_id=instance_id,
-            key=idempotency_key,
-            fingerprint=fingerprint,
-            command=parsed,
-            raw=command,
-            request_id=request_id,
+    with log_context(namespace=identity.namespace_id, instance=instance_id):
+        return key_retried(
+            lambda: _commit(
+                operation=operation,
+                identity=identity,
+                instance_id=instance_id,
+                key=idempotency_key,
+                fingerprint=fingerprint,
+                command=parsed,
+                raw=command,
+                request_id=request_id,
+            )
         )
-    )
 
 
 def key_retried(commit: Callable[[], Receipt]) -> Receipt:

@@ -1,42 +1,35 @@
 #!/usr/bin/env bash
 # The product on the embedded SQLite default: migrate, seed the demo scenarios, serve the admin
-# and the API on 127.0.0.1:8000, and run the background (a runner and a worker per demo queue).
+# and the API on 127.0.0.1:$PORT (8000 unset), its static files by WhiteNoise, the metrics on
+# 127.0.0.1:$METRICS_PORT (9108 unset), and run the background (a runner and a worker per demo queue).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The ports first, before anything is installed or written: a bad one stops the script in one line.
+PORT="${PORT:-8000}"
+METRICS_PORT="${METRICS_PORT:-9108}"
+for name in PORT METRICS_PORT; do
+  if [[ ! "${!name}" =~ ^[1-9][0-9]{0,4}$ ]] || (( ${!name} > 65535 )); then
+    echo "run.sh: $name: '${!name}' is not a port number from 1 to 65535" >&2
+    exit 2
+  fi
+done
+if [ "$PORT" = "$METRICS_PORT" ]; then
+  echo "run.sh: METRICS_PORT: $METRICS_PORT is PORT too; the metrics need a port of their own" >&2
+  exit 2
+fi
+
 scripts/setup.sh runtime
 export PATH="$PWD/.venv/bin:$PATH"
 mkdir -p var
-# The demo's secret key: made once, kept in var/ (never committed), readable by this user only.
-if [ -z "${WEAVE_SECRET_KEY:-}" ]; then
-  if [ ! -s var/secret_key ]; then
-    (umask 077 && python -c 'import secrets; print(secrets.token_urlsafe(50))' > var/secret_key)
-  fi
-  WEAVE_SECRET_KEY="$(cat var/secret_key)"
-  export WEAVE_SECRET_KEY
-fi
-echo "== migrating the database"
-python manage.py migrate --no-input -v0
-# Seeds the scenarios on the first run; later runs list the ones already there.
-echo "== the demo scenarios"
-python manage.py weave_demo
-# The login and token are kept in var/ and shown again while they still work against this database.
-echo "== the operator's login and API token"
-python manage.py weave_bootstrap --namespace demo --actor operator --workflow-audit-access --recover-access \
-  --admin-user admin --group operators --group auditors --reset-password --remember var/demo_login.json
-# A second person, to approve what an approval policy holds back (four eyes).
-python manage.py weave_bootstrap --namespace demo --actor approver --admin-user approver --group approvers --no-token \
-  --reset-password --remember var/demo_approver.json
-
-# Every process writes its metrics here; weave_metrics adds them up (a fresh directory per run).
-export PROMETHEUS_MULTIPROC_DIR="$PWD/var/metrics"
-rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
+source scripts/prepare.sh
 
 # Stop the background with the server (Ctrl-C).
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
-python manage.py weave_metrics --bind 127.0.0.1:9108 &
+python manage.py weave_metrics --bind "127.0.0.1:$METRICS_PORT" &
 python manage.py weave_runner &
 python manage.py weave_worker --namespace demo --queue demo-tasks &
 python manage.py weave_worker --namespace demo --queue demo-polls &
-echo "admin: http://127.0.0.1:8000/admin/   API: http://127.0.0.1:8000/v1/   docs: http://127.0.0.1:8000/v1/docs/"
-echo "metrics: http://127.0.0.1:9108/metrics"
-python manage.py runserver 127.0.0.1:8000 --noreload --insecure
+echo "admin: http://127.0.0.1:$PORT/admin/   API: http://127.0.0.1:$PORT/v1/   docs: http://127.0.0.1:$PORT/v1/docs/"
+echo "metrics: http://127.0.0.1:$METRICS_PORT/metrics"
+python manage.py runserver "127.0.0.1:$PORT" --noreload

@@ -100,6 +100,8 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    # Before staticfiles: runserver leaves /static/ to WhiteNoise, as gunicorn does.
+    "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "axes",
     "csp",
@@ -117,6 +119,8 @@ MIDDLEWARE = [
     # Every answer counted by status (core/metrics.py; exposed by manage.py weave_metrics).
     "core.metrics.HttpMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # /static/ from STATIC_ROOT (collectstatic), answered before the session, CSRF and CSP middleware run.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "csp.middleware.CSPMiddleware",
     # A body sent without a length that the server did not frame: 411, never read as empty (api/parsing.py).
     "api.parsing.LengthRequiredMiddleware",
@@ -190,6 +194,16 @@ TEMPLATES = [
 ]
 
 
+# Health and the background's heartbeats (api/health_views.py, engine/background.py). /readyz waits this long for
+# the database, and a new MariaDB connection gives up after it (connect_timeout): neither a probe nor a
+# request nor the background hangs for the system's minutes on a host that does not answer.
+WEAVE_READY_TIMEOUT_SECONDS = _env_positive("WEAVE_READY_TIMEOUT_SECONDS", 2)
+# A runner or worker whose last finished pass is older than this is stale (console, GET /v1/background).
+WEAVE_HEARTBEAT_STALE_SECONDS = _env_positive("WEAVE_HEARTBEAT_STALE_SECONDS", 30)
+# A load balancer probes over plain HTTP: the probes are answered there, past the production profile's redirect.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+
+
 def database_from_url(url: str) -> dict:
     """One database config from a URL, with the options the lock-based design needs.
 
@@ -216,6 +230,7 @@ def database_from_url(url: str) -> dict:
             # every locking read see the latest committed row and avoids gap locks.
             "isolation_level": "read committed",
             "init_command": "SET sql_mode='STRICT_TRANS_TABLES,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO'",
+            "connect_timeout": WEAVE_READY_TIMEOUT_SECONDS,
         }
         config["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_bin"}
     elif engine == "django.db.backends.sqlite3":
@@ -256,6 +271,14 @@ WEAVE_PROPOSAL_TTL_SECONDS = _env_positive("WEAVE_PROPOSAL_TTL_SECONDS", 24 * 36
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+# collectstatic writes each file under a name carrying a hash of its content, gzipped beside it, and WhiteNoise
+# serves those names cached for good ("immutable"). Only the hashed names are kept: a page naming a file by its
+# plain name gets a 404 at once, and {% static %} of a file missing from the manifest is an error, not a dead link.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+WHITENOISE_KEEP_ONLY_HASHED_FILES = True
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["api.authentication.BearerTokenAuthentication"],
@@ -271,6 +294,8 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Weave API",
     "DESCRIPTION": "History reads, workflow control and the recovery operations.",
     "VERSION": "1",
+    # Tags come from the path after /v1/; the probes at the site root (/healthz, /readyz) must not shorten it to /.
+    "SCHEMA_PATH_PREFIX": "/v1/",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -278,9 +303,26 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "api.schema.postprocess"],
 }
 
+# Logs on standard error (core/logs.py): WEAVE_LOG_FORMAT=json writes one JSON object per line with the request,
+# background pass, namespace and instance each line belongs to; plain (the default, for a terminal) the message
+# alone. The web process's access lines (logger weave.http) are on at INFO whatever the root level.
+LOG_FORMAT = os.environ.get("WEAVE_LOG_FORMAT", "") or "plain"
+if LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"WEAVE_LOG_FORMAT: {LOG_FORMAT!r} is not a log format; use 'json' or 'plain' (unset)")
+_log_level = os.environ.get("WEAVE_LOG_LEVEL", "")
+LOG_LEVEL = (_log_level or "WARNING").upper()
+if LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+    raise ImproperlyConfigured(
+        f"WEAVE_LOG_LEVEL: {_log_level!r} is not a level; use DEBUG, INFO, WARNING (unset), ERROR or CRITICAL"
+    )
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("WEAVE_LOG_LEVEL", "WARNING")},
+    "filters": {"context": {"()": "core.logs.ContextFilter"}},
+    "formatters": {"plain": {"format": "%(message)s"}, "json": {"()": "core.logs.json_formatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["context"], "formatter": LOG_FORMAT}},
+    # The product's own lines (requests, busy runner passes, tasks run, set-aside items) at INFO unless
+    # WEAVE_LOG_LEVEL says otherwise; the libraries' at LOG_LEVEL.
+    "loggers": {"weave": {"level": LOG_LEVEL if _log_level else "INFO"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
 }

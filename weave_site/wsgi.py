@@ -2,7 +2,10 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
+from weave_site.observability import observability_init
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "weave_site.settings")
+observability_init()
 application = get_wsgi_application()
 
 from api.parsing import chunked_bodies_read  # noqa: E402 - the API's modules read the settings named above

@@ -10,6 +10,7 @@ Rules that hold for every table here:
 
 from history.models.access import Application, Credential, Namespace, Operator, Queue, Scope
 from history.models.audit import AuditRecord, ExecutionAudit, IdempotencyReceipt, SignalOperation, WorkflowOperation
+from history.models.background import BackgroundProcess, ProcessKind
 from history.models.base import Revision, StateFollowed
 from history.models.records import (
     Continuation,
@@ -58,6 +59,7 @@ __all__ = [
     "Attempt",
     "AttemptState",
     "AuditRecord",
+    "BackgroundProcess",
     "Continuation",
     "ContinuationState",
     "Credential",
@@ -75,6 +77,7 @@ __all__ = [
     "Note",
     "Operator",
     "PollRound",
+    "ProcessKind",
     "Proposal",
     "ProposalState",
     "Queue",

@@ -34,8 +34,12 @@ MAX_REASON = 1024
 MAX_NOTE_TEXT = 4000
 MAX_EVIDENCE_REF = 512
 # Operations of the served OpenAPI document this client deliberately has no method for, each with
-# its reason. None: the document describes neither itself (/v1/openapi.json) nor its Swagger page.
-WITHOUT_METHOD: Mapping[str, str] = {}
+# its reason. The document describes neither itself (/v1/openapi.json) nor its Swagger page.
+WITHOUT_METHOD: Mapping[str, str] = {
+    "get_liveness": "a load balancer's probe at the site root, answered without a token: nothing for a client",
+    "get_readiness": "a load balancer's probe at the site root, answered without a token; get_background tells a "
+    "client how the background runs",
+}
 
 
 def operation(operation_id: str) -> Callable[[F], F]:
@@ -577,6 +581,14 @@ class WeaveClient:
         _expect("workflow_id", data.workflow_id, workflow_id)
         return data
 
+    # The index
+
+    @operation("get_api_index")
+    def get_api_index(self) -> t.ApiIndex:
+        """The API's name and version, and the paths of its documentation, its OpenAPI document and its main
+        collections (the server reads no token for it)."""
+        return self._get(t.ApiIndex, "/v1/")
+
     # The caller
 
     @operation("get_credential_self")
@@ -587,6 +599,15 @@ class WeaveClient:
         if isinstance(me.queues, str) and me.queues != "*":
             raise WeaveResponseError("BAD_RESPONSE", f'queues is {me.queues!r}, not "*" or a list', field="data.queues")
         return me
+
+    # The background
+
+    @operation("get_background")
+    def get_background(self) -> t.Background:
+        """The runner and worker processes, the most recent beat first: every runner, and the workers of this
+        token's namespace on its queues, running or stopped in the last hour; ``summary`` counts the runners and
+        workers alive and the processes whose beat is stale."""
+        return self._get(t.Background, "/v1/background")
 
     # The instance query
 

@@ -606,6 +606,58 @@ class CredentialSelf:
 
 
 @model
+class BackgroundProcess:
+    """A runner or worker process: ``beat_at`` is when it last finished a pass; ``stale``: not stopped, and that
+    beat older than the server's ``stale_after_seconds``."""
+
+    id: str
+    kind: str
+    host: str
+    pid: int
+    started_at: dt.datetime
+    beat_at: dt.datetime
+    age_seconds: int
+    stale: bool
+    passes: int
+    items: int
+    queue: str | None = None
+    # A clean exit; a killed process has none.
+    stopped_at: dt.datetime | None = None
+
+
+@model
+class BackgroundSummary:
+    runners_alive: int
+    workers_alive: int
+    stale: int
+
+
+@model
+class Background:
+    processes: list[BackgroundProcess]
+    summary: BackgroundSummary
+    stale_after_seconds: int
+
+
+@model
+class ApiLinks:
+    """Paths on the server: ``docs`` is a page (HTML), ``schema`` the OpenAPI document, the others API reads."""
+
+    docs: str
+    schema: str
+    workflows: str
+    review_summary: str
+    credential_self: str
+
+
+@model
+class ApiIndex:
+    name: str
+    version: str
+    links: ApiLinks
+
+
+@model
 class Response:
     """A decoded answer: the typed ``data`` plus what the envelope and headers said."""
 

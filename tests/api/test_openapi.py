@@ -9,18 +9,23 @@ import httpx
 import jsonschema
 import jsonschema_rs
 import pytest
+from django.db.migrations.recorder import MigrationRecorder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api import instance_filters, schema
 from api.schema import REVISION_SCHEMA, decimal_range_pattern
 from core import exactjson, limits
+from core import readiness as readiness_module
 from core.ids import MAX_UINT64, is_id, parse_revision
 from engine.worker import task_complete
+from history.background import background_process_beat, background_process_start
 from history.models import (
     ActivationState,
     AttemptState,
+    BackgroundProcess,
     Disposition,
+    ProcessKind,
     ReviewCause,
     Scope,
     SignalState,
@@ -169,6 +174,17 @@ def test_every_real_response_matches_its_documented_schema_exactly(history_rows,
         refused = api.get(path.replace(history_rows.workflow.id, "e" * 32), **bearer(token_for(scope)))
         error_schema = _strict(operation["responses"]["404"]["content"]["application/json"]["schema"], components)
         jsonschema.validate(json.loads(refused.content), error_schema)
+
+
+def test_the_api_index_and_its_refusal_match_their_documented_schemas_exactly(api, openapi):
+    components = openapi["components"]["schemas"]
+    path, _, operation = _operation(openapi, "get_api_index")
+    assert "security" not in operation
+    for query, status in ((None, 200), ({"bogus": "1"}, 400)):
+        response = api.get(path, query)
+        assert response.status_code == status
+        described = operation["responses"][str(status)]["content"]["application/json"]["schema"]
+        jsonschema.validate(json.loads(response.content), _strict(copy.deepcopy(described), components))
 
 
 def _late_evidence_of(tenancy) -> states.State:
@@ -633,3 +649,38 @@ def test_the_review_cause_is_documented_with_every_code_the_engine_records(opena
     assert openapi["components"]["schemas"]["ReviewCause"]["enum"] == list(ReviewCause.values)
     detail = openapi["components"]["schemas"]["InstanceDetail"]["properties"]
     assert {"review_cause", "review_step_key", "review_since"} <= set(detail)
+
+
+def test_the_probes_and_the_background_answer_exactly_as_described(api, openapi, issue_token, tenancy, monkeypatch):
+    components = openapi["components"]["schemas"]
+
+    def described(operation_id, status):
+        _, _, operation = _operation(openapi, operation_id)
+        return _strict(
+            copy.deepcopy(operation["responses"][status]["content"]["application/json"]["schema"]), components
+        )
+
+    # The probes ask for no credential; the background's status does.
+    assert not _operation(openapi, "get_liveness")[2].get("security")
+    assert not _operation(openapi, "get_readiness")[2].get("security")
+    assert {"bearerAuth": []} in _operation(openapi, "get_background")[2]["security"]
+    jsonschema.validate(json.loads(api.get("/healthz").content), described("get_liveness", "200"))
+    monkeypatch.setattr(readiness_module, "_migrated", False)
+    recorded = MigrationRecorder.Migration.objects.filter(app="history").order_by("-id").first()
+    recorded.delete()
+    not_ready = api.get("/readyz")
+    assert not_ready.status_code == 503
+    jsonschema.validate(json.loads(not_ready.content), described("get_readiness", "503"))
+    recorded.save()
+    jsonschema.validate(json.loads(api.get("/readyz").content), described("get_readiness", "200"))
+
+    runner = BackgroundProcess(kind=ProcessKind.RUNNER, host="node-1", pid=7)
+    background_process_start(process=runner)
+    worker = BackgroundProcess(kind=ProcessKind.WORKER, host="node-1", pid=8, queue="payments", namespace=tenancy[0])
+    background_process_start(process=worker)
+    worker.stopped_at = T0.replace(year=2027)
+    background_process_beat(process=worker)
+    answer = api.get("/v1/background", **bearer(issue_token().token))
+    assert answer.status_code == 200 and len(answer.json()["data"]["processes"]) == 2
+    jsonschema.validate(json.loads(answer.content), described("get_background", "200"))
+    jsonschema.validate(json.loads(api.get("/v1/background").content), described("get_background", "401"))

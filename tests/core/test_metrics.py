@@ -17,9 +17,19 @@ from engine.demo import demo_run
 from engine.instances import instance_pause
 from engine.runner import runner_pass
 from engine.worker import task_claim
+from history.background import background_process_beat, background_process_start
 from history.credentials import identity_of_credential
 from history.metrics import metrics_registry, metrics_text
-from history.models import ApprovalPolicy, InboxRecord, InboxState, InstanceState, Scope, WorkflowInstance
+from history.models import (
+    ApprovalPolicy,
+    BackgroundProcess,
+    InboxRecord,
+    InboxState,
+    InstanceState,
+    ProcessKind,
+    Scope,
+    WorkflowInstance,
+)
 from recovery.consequences import operation_consequences
 from recovery.operations import OPERATIONS
 from recovery.proposals import proposal_approve, proposal_reject
@@ -190,3 +200,61 @@ def test_the_exporter_adds_up_the_processes_sharing_a_directory(tmp_path, monkey
 def test_a_bad_bind_is_refused_naming_it():
     with pytest.raises(CommandError, match="--bind: 'nine' is not HOST:PORT"):
         call_command("weave_metrics", "--bind", "nine")
+
+
+def test_the_request_duration_histogram_is_labelled_by_route_pattern_method_and_status(client):
+    known = {"route": "v1/workflows/<str:id>", "method": "GET", "status": "401"}
+    unmatched = {"route": "unmatched", "method": "GET", "status": "404"}
+    before = [_value("weave_http_request_duration_seconds_count", **labels) for labels in (known, unmatched)]
+    assert client.get(f"/v1/workflows/{'0' * 32}").status_code == 401
+    assert client.get(f"/nowhere/{'1' * 32}").status_code == 404
+    after = [_value("weave_http_request_duration_seconds_count", **labels) for labels in (known, unmatched)]
+    assert after == [before[0] + 1, before[1] + 1]
+    # Never the raw path: an id in the URL makes no series of its own.
+    paths = {
+        sample.labels["route"]
+        for family in REGISTRY.collect()
+        if family.name == "weave_http_request_duration_seconds"
+        for sample in family.samples
+    }
+    assert not any("0" * 32 in route or "1" * 32 in route for route in paths)
+
+
+def test_a_method_outside_the_known_ones_is_labelled_other(client):
+    labels = {"route": "v1/workflows", "method": "other", "status": "401"}
+    before = _value("weave_http_request_duration_seconds_count", **labels)
+    client.generic("BREW", "/v1/workflows")
+    assert _value("weave_http_request_duration_seconds_count", **labels) == before + 1
+
+
+def test_the_exporter_adds_up_the_request_durations_of_the_server_processes(tmp_path, monkeypatch, db):
+    script = (
+        "from core.metrics import HTTP_REQUEST_SECONDS\n"
+        "HTTP_REQUEST_SECONDS.labels('v1/workflows', 'GET', '200').observe(0.02)\n"
+    )
+    for _ in range(2):
+        subprocess.run([sys.executable, "-c", script], env={"PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}, check=True)
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    samples = _samples(metrics_text(metrics_registry()))
+    labels = (("method", "GET"), ("route", "v1/workflows"), ("status", "200"))
+    assert samples[("weave_http_request_duration_seconds_count", labels)] == 2.0
+    assert samples[("weave_http_request_duration_seconds_bucket", (("le", "0.025"), *labels))] == 2.0
+
+
+def test_the_heartbeat_age_is_a_gauge_per_process_not_stopped(db):
+    runner = BackgroundProcess(kind=ProcessKind.RUNNER, host="node-1", pid=11)
+    worker = BackgroundProcess(kind=ProcessKind.WORKER, host="node-2", pid=12, queue="payments")
+    stopped = BackgroundProcess(kind=ProcessKind.RUNNER, host="node-1", pid=13)
+    for process in (runner, worker, stopped):
+        background_process_start(process=process)
+    stopped.stopped_at = clock.now()
+    background_process_beat(process=stopped)
+    with clock.moved(dt.timedelta(seconds=90)):
+        runner.beat_at = clock.now() - dt.timedelta(seconds=5)
+        background_process_beat(process=runner)
+        samples = _samples(metrics_text(metrics_registry()))
+    ages = {labels: age for (name, labels), age in samples.items() if name == "weave_background_heartbeat_age_seconds"}
+    runner_labels = (("host", "node-1"), ("kind", "runner"), ("pid", "11"), ("queue", ""))
+    worker_labels = (("host", "node-2"), ("kind", "worker"), ("pid", "12"), ("queue", "payments"))
+    assert set(ages) == {runner_labels, worker_labels}
+    assert 5 <= ages[runner_labels] < 90 <= ages[worker_labels]

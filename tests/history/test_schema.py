@@ -16,6 +16,8 @@ LIST_INDEXES = {
     "history_task": ["queue_id", "state", "priority", "created_at"],
     "history_inboxrecord": ["instance_id", "state", "created_at"],
     "history_instanceevent": ["instance_id", "sequence"],
+    # Not paged, but read most recent beat first (GET /v1/background, the console's home, the metrics).
+    "history_backgroundprocess": ["beat_at", "id"],
 }
 
 

@@ -34,8 +34,9 @@ from core.identity import Identity
 from engine.definitions import definition_create
 from history import models
 from history.annotations import note_add
+from history.background import background_process_start
 from history.credentials import credential_issue
-from history.models import Credential, Scope
+from history.models import BackgroundProcess, Credential, ProcessKind, Scope
 from history.tenancy import namespace_ensure
 from recovery.operations import OPERATIONS
 from testkit import requests as rq
@@ -226,7 +227,8 @@ class Endpoint:
     # None: any valid credential; PUBLIC: no credential at all.
     scope: str | None
     # What hides it from a caller: the instance (namespace + every definition queue), the
-    # task's namespace and queue, the queue, the startable definition, or nothing.
+    # task's namespace and queue, the queue, the startable definition, a background worker's namespace and
+    # queue, or nothing.
     guard: str
     args: dict = field(default_factory=dict)
     body: Callable | None = None
@@ -248,8 +250,13 @@ W = "v1/workflows/<str:id>"
 ON_INSTANCE = {"id": "instance"}
 ENDPOINTS = [
     Endpoint("v1/credentials/self", "GET", None, "self"),
+    Endpoint("healthz", "GET", PUBLIC, PUBLIC),
+    Endpoint("readyz", "GET", PUBLIC, PUBLIC),
+    # Every runner, and only the workers of the caller's namespace on its queues.
+    Endpoint("v1/background", "GET", Scope.READ, "background"),
     Endpoint("v1/openapi.json", "GET", PUBLIC, PUBLIC),
     Endpoint("v1/docs/", "GET", PUBLIC, PUBLIC),
+    Endpoint("v1/", "GET", PUBLIC, PUBLIC),
     Endpoint(W, "GET", Scope.READ, "instance", ON_INSTANCE),
     Endpoint(
         f"{W}/steps/<str:key>/activations",
@@ -482,7 +489,7 @@ def _missing_request(endpoint: Endpoint, world) -> tuple[dict, str, str]:
     return {"path": endpoint.path(world, **{placeholder: missing})}, world.ids[key], missing
 
 
-@pytest.mark.parametrize("endpoint", [e for e in GUARDED if e.guard != "namespace"], ids=lambda e: e.name)
+@pytest.mark.parametrize("endpoint", [e for e in GUARDED if e.guard in HIDDEN_FROM], ids=lambda e: e.name)
 def test_another_namespace_or_a_missing_queue_gets_exactly_the_answer_of_a_missing_resource(
     send, security_world, endpoint
 ):
@@ -513,6 +520,32 @@ def test_a_namespace_wide_read_shows_nothing_of_an_instance_hidden_from_the_call
             items = send(query, token, path=f"/{query.route}?limit=100").json()["data"]["items"]
             assert instance not in {item["id"] for item in items}, (namespace, queues)
             assert send(summary, token).status_code == 200
+
+
+def test_the_background_shows_every_runner_and_only_the_workers_of_the_callers_namespace_and_queues(
+    send, security_world
+):
+    w = security_world
+    status = next(e for e in ENDPOINTS if e.guard == "background")
+    processes = {}
+    for name, kind, namespace, queue in (
+        ("runner", ProcessKind.RUNNER, None, ""),
+        ("payments", ProcessKind.WORKER, w.namespace, "payments"),
+        ("ledger", ProcessKind.WORKER, w.namespace, "ledger"),
+        ("rival", ProcessKind.WORKER, w.rival, "payments"),
+    ):
+        processes[name] = BackgroundProcess(
+            kind=kind, host="node-1", pid=len(processes), namespace=namespace, queue=queue
+        )
+        background_process_start(process=processes[name])
+    names = {process.id: name for name, process in processes.items()}
+    for namespace, queues, shown in (
+        ("namespace", "*", {"runner", "payments", "ledger"}),
+        ("namespace", ["ledger"], {"runner", "ledger"}),
+        ("rival", "*", {"runner", "rival"}),
+    ):
+        items = send(status, _issue(getattr(w, namespace), queues=queues)).json()["data"]["processes"]
+        assert {names[item["id"]] for item in items} == shown, (namespace, queues)
 
 
 def test_a_worker_of_another_namespace_claims_nothing_from_a_queue_of_the_same_name(send, security_world):

@@ -640,3 +640,39 @@ def test_review_summary_decodes_the_counts():
     assert summary.definitions[0].definition.name == "pay" and summary.definitions_truncated is False
     with pytest.raises(WeaveResponseError):
         client_for(Server((200, body | {"total": "3"}))).review_summary()
+
+
+def test_get_background_decodes_the_processes_and_the_summary():
+    runner = {
+        "id": W,
+        "kind": "runner",
+        "host": "node-1",
+        "pid": 4021,
+        "started_at": "2026-09-18T08:00:00Z",
+        "beat_at": "2026-09-18T08:05:00.250000Z",
+        "age_seconds": 3,
+        "stale": False,
+        "passes": 300,
+        "items": 41,
+    }
+    worker = runner | {"id": S, "kind": "worker", "queue": "payments", "stopped_at": "2026-09-18T08:06:00Z"}
+    body = {
+        "processes": [runner, worker],
+        "summary": {"runners_alive": 1, "workers_alive": 0, "stale": 0},
+        "stale_after_seconds": 30,
+    }
+    server = Server((200, body))
+    background = client_for(server).get_background()
+    assert server.requests[0].url.path == "/v1/background"
+    first, second = background.processes
+    assert (first.kind, first.pid, first.queue, first.stopped_at, first.beat_at.microsecond) == (
+        "runner",
+        4021,
+        None,
+        None,
+        250000,
+    )
+    assert (second.queue, second.stopped_at.minute) == ("payments", 6)
+    assert (background.summary.runners_alive, background.stale_after_seconds) == (1, 30)
+    with pytest.raises(WeaveResponseError):
+        client_for(Server((200, body | {"summary": {"runners_alive": "1"}}))).get_background()

@@ -2,6 +2,7 @@
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from weave_sdk import Conflict, InvalidArgument, NotFound, PermissionDenied, RawJSON, Unauthenticated, WeaveClient
 
 from history.models import (
@@ -306,3 +307,22 @@ def test_the_sdk_reads_who_its_token_acts_as(live_server, issue_token):
     with stranger, pytest.raises(Unauthenticated) as refused:
         stranger.get_credential_self()
     assert refused.value.status == 401
+
+
+def test_the_sdk_reads_the_api_index_whatever_its_token(live_server, issue_token):
+    with WeaveClient(live_server.url, "weave_" + "0" * 16 + "_" + "x" * 43) as stranger:
+        index = stranger.get_api_index()
+    assert (index.name, index.version, index.links.workflows) == ("Weave API", "1", "/v1/workflows")
+    with _client(live_server, issue_token, Scope.READ) as reader:
+        assert reader.get_api_index() == index
+
+
+def test_the_sdk_reads_the_background_a_runner_run_left(live_server, issue_token, engine):
+    call_command("weave_runner", "--once")
+    with _client(live_server, issue_token, Scope.READ) as reader:
+        background = reader.get_background()
+    [runner] = background.processes
+    assert (runner.kind, runner.passes, runner.stale) == ("runner", 1, False) and runner.stopped_at is not None
+    assert (background.summary.runners_alive, background.summary.stale) == (0, 0)  # it stopped: no runner is alive
+    with _client(live_server, issue_token, Scope.CONTROL) as controller, pytest.raises(PermissionDenied):
+        controller.get_background()

@@ -123,6 +123,8 @@ INTEGERS = {
     "WEAVE_LOGIN_FAILURE_LIMIT": "AXES_FAILURE_LIMIT",
     "WEAVE_LOGIN_COOLOFF_MINUTES": "AXES_COOLOFF_TIME",
     "WEAVE_HSTS_SECONDS": "SECURE_HSTS_SECONDS",
+    "WEAVE_READY_TIMEOUT_SECONDS": "WEAVE_READY_TIMEOUT_SECONDS",
+    "WEAVE_HEARTBEAT_STALE_SECONDS": "WEAVE_HEARTBEAT_STALE_SECONDS",
 }
 
 
@@ -135,7 +137,7 @@ def test_an_integer_setting_that_is_not_a_positive_whole_number_is_refused_namin
 
 def test_an_integer_setting_is_taken_as_given_and_its_default_when_unset_or_empty(monkeypatch):
     given = _settings_under(monkeypatch, **PRODUCTION, **dict.fromkeys(INTEGERS, " 7 "))
-    assert [given[name] for name in INTEGERS.values()] == [7, 7, 7, 7, dt.timedelta(minutes=7), 7]
+    assert [given[name] for name in INTEGERS.values()] == [7, 7, 7, 7, dt.timedelta(minutes=7), 7, 7, 7]
     defaults = _settings_under(monkeypatch, **PRODUCTION, **dict.fromkeys(INTEGERS, ""))
     assert defaults["WEAVE_MAX_BODY_BYTES"] == 1024 * 1024 and defaults["AXES_FAILURE_LIMIT"] == 5
 
@@ -303,8 +305,12 @@ def test_every_admin_and_api_answer_carries_the_security_headers(api, client, te
 
 
 def test_the_production_profile_answers_plain_http_with_a_redirect_and_hsts_over_https():
+    # Nothing is collected for this process: the login page names its static files by their plain names.
+    plain_static = "{'staticfiles': {'BACKEND': 'django.contrib.staticfiles.storage.StaticFilesStorage'}}"
     code = (
-        "from django.test import Client;"
+        "from django.conf import settings;"
+        "from django.test import Client, override_settings;"
+        f"override_settings(STORAGES=settings.STORAGES | {plain_static}).enable();"
         "c = Client(SERVER_NAME='weave.example.com');"
         "r = c.get('/admin/login/');"
         "s = c.get('/admin/login/', secure=True);"

@@ -3,8 +3,9 @@ import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
-from engine.background import Outage
+from engine.background import Outage, ProcessBeat
 from engine.runner import runner_pass
+from history.models import ProcessKind
 
 
 class Command(BaseCommand):
@@ -20,25 +21,31 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if options["interval"] <= 0:
             raise CommandError("--interval: must be positive")
-        verbose = options["verbosity"] > 1
+        beat = ProcessBeat(ProcessKind.RUNNER)
+
+        def one_pass() -> dict:
+            counts = runner_pass()
+            beat.beat(sum(counts.values()))
+            return counts
+
         if options["once"]:
-            self._report(runner_pass(), always=True)
+            beat.start()
+            counts = one_pass()
+            self.stdout.write(" ".join(f"{name}={count}" for name, count in counts.items()))
+            beat.stop()
             return
         stopping = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stopping.set())
         outage = Outage("weave_runner", stopping)
+        outage.run(beat.start)  # missed in an outage, the row is inserted by the first beat written
         try:
             while not stopping.is_set():
-                counts = outage.run(runner_pass)
+                # A busy pass logs what it handled (engine.runner); an idle one says nothing.
+                counts = outage.run(one_pass)
                 if counts is None:
                     continue
-                self._report(counts, always=verbose)
                 if not any(counts.values()):
                     stopping.wait(options["interval"])  # the connection stays open for the next pass
         except KeyboardInterrupt:
             pass
-
-    def _report(self, counts: dict, *, always: bool) -> None:
-        busy = {name: count for name, count in counts.items() if count}
-        if busy or always:
-            self.stdout.write(" ".join(f"{name}={count}" for name, count in (busy or counts).items()))
+        beat.stop()

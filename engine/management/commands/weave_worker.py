@@ -1,3 +1,4 @@
+import logging
 import signal
 import threading
 import time
@@ -7,12 +8,16 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from core.identity import Identity
-from engine.background import Outage
+from core.ids import new_id
+from core.logs import log_context
+from engine.background import Outage, ProcessBeat
 from engine.handlers import HANDLERS, claim_execute
 from engine.incidents import Item, isolated
 from engine.worker import Claim, task_claim_batch
-from history.models import Namespace, Queue, Scope
+from history.models import Namespace, ProcessKind, Queue, Scope
 from history.tenancy import actor_id_for
+
+log = logging.getLogger("weave.worker")
 
 MAX_BATCH = 100
 FIRST_IDLE_SECONDS = 0.01
@@ -57,22 +62,31 @@ class Command(BaseCommand):
         stopping = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stopping.set())
         command = {"worker": name[:128], "lease_seconds": options["lease"]}
+        beat = ProcessBeat(ProcessKind.WORKER, queue=options["queue"], namespace_id=namespace.id)
 
         def run_one() -> bool:
-            claims = task_claim_batch(
-                identity=identity, queue_name=options["queue"], command=command, limit=options["batch"]
-            )
-            for claim in claims:
-                self._run(identity, claim, options["lease"])
+            # One claim and the tasks it brought back are one pass: their log lines share its pass_id.
+            with log_context(pass_id=new_id(), namespace=namespace.id):
+                claims = task_claim_batch(
+                    identity=identity, queue_name=options["queue"], command=command, limit=options["batch"]
+                )
+                for claim in claims:
+                    self._run(identity, claim, options["lease"])
+            beat.beat(len(claims))
             return bool(claims)
 
         if options["once"]:
+            beat.start()
             if options["concurrency"] == 1:
                 run_one()
-                return
-            with ThreadPoolExecutor(options["concurrency"]) as pool:
-                list(pool.map(lambda _: self._in_thread(run_one), range(options["concurrency"])))
+            else:
+                with ThreadPoolExecutor(options["concurrency"]) as pool:
+                    list(pool.map(lambda _: self._in_thread(run_one), range(options["concurrency"])))
+            beat.stop()
             return
+
+        Outage(name, stopping).run(beat.start)  # missed in an outage, the row is inserted by the first beat written
+        connection.close()  # the threads have their own; the stop opens a new one rather than find this one timed out
 
         def loop() -> None:
             outage = Outage(name, stopping)
@@ -96,16 +110,17 @@ class Command(BaseCommand):
                 time.sleep(0.2)
         except KeyboardInterrupt:
             stopping.set()
+        beat.stop()
 
     def _run(self, identity: Identity, claim: Claim, lease: int) -> None:
-        self.stdout.write(f"task {claim.task.id} attempt {claim.attempt.number}: {claim.task.handler}")
+        log.info("task %s attempt %s: %s", claim.task.id, claim.attempt.number, claim.task.handler)
         # A handler's exception is already a FAILED completion; anything else on this task (its
         # completion refused, its stored input unreadable) is set aside and the worker goes on.
         item = Item("worker", "task", claim.task.id, claim.task.source_instance_id)
         completion = isolated(item, lambda: claim_execute(identity=identity, claim=claim, lease_seconds=lease))
         if completion is not None and completion.late:
             # The lease was lost: the result is kept as late evidence; this work is no longer wanted.
-            self.stdout.write(f"task {claim.task.id} attempt {claim.attempt.number}: late, kept as evidence")
+            log.info("task %s attempt %s: late, kept as evidence", claim.task.id, claim.attempt.number)
 
     @staticmethod
     def _in_thread(run) -> bool:

@@ -1,9 +1,12 @@
+import logging
 import threading
 
 from django.core.management.base import BaseCommand, CommandError
 from prometheus_client import start_http_server
 
 from history.metrics import metrics_registry
+
+log = logging.getLogger("weave.metrics")
 
 
 class Command(BaseCommand):
@@ -20,5 +23,5 @@ class Command(BaseCommand):
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise CommandError(f"--bind: {options['bind']!r} is not HOST:PORT")
         start_http_server(int(port), addr=host, registry=metrics_registry())
-        self.stdout.write(f"metrics on http://{options['bind']}/metrics")
+        log.info("metrics on http://%s/metrics", options["bind"])
         threading.Event().wait()
