@@ -1,4 +1,5 @@
 import logging
+import signal
 import threading
 
 from django.core.management.base import BaseCommand, CommandError
@@ -24,4 +25,7 @@ class Command(BaseCommand):
             raise CommandError(f"--bind: {options['bind']!r} is not HOST:PORT")
         start_http_server(int(port), addr=host, registry=metrics_registry())
         log.info("metrics on http://%s/metrics", options["bind"])
-        threading.Event().wait()
+        # SIGTERM ends the wait: the exporter stops with status 0, as the other processes do.
+        stopping = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+        stopping.wait()
