@@ -22,6 +22,8 @@ from history.selectors.background import background_status
 class ProbeView(APIView):
     authentication_classes = []
     permission_classes = []
+    # No middleware reads the session for it (console/zone.py), whatever cookie the caller brings.
+    sessionless = True
     # A load balancer may probe with HEAD.
     http_method_names = ["get", "head"]
 

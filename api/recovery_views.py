@@ -74,8 +74,8 @@ class RecoveryView(APIView):
         return receipt_response(receipt)
 
 
-def _decision_view(service, command, answer: type[serializers.Serializer], summary: str, errors: dict):
-    class DecisionView(APIView):
+def _proposal_answer_view(service, command, answer: type[serializers.Serializer], summary: str, errors: dict):
+    class ProposalAnswerView(APIView):
         __doc__ = f"POST /v1/workflows/{{id}}/proposals/{{proposal_id}}/{service.__name__.removeprefix('proposal_')}"
         permission_classes = [scope_required(Scope.RECOVER)]
 
@@ -101,18 +101,18 @@ def _decision_view(service, command, answer: type[serializers.Serializer], summa
             )
             return receipt_response(receipt)
 
-    DecisionView.__name__ = f"{service.__name__}_view"
-    return DecisionView
+    ProposalAnswerView.__name__ = f"{service.__name__}_view"
+    return ProposalAnswerView
 
 
-ProposalApproveView = _decision_view(
+ProposalApproveView = _proposal_answer_view(
     proposal_approve,
     operations.ApproveCommand,
     operations.RecoveryReceipt,
     "Approve a recovery proposal: its stored command runs now (workflows:recover; not its proposer)",
     operations.APPROVAL_ERRORS,
 )
-ProposalRejectView = _decision_view(
+ProposalRejectView = _proposal_answer_view(
     proposal_reject,
     operations.RejectCommand,
     operations.ProposalAnswer,

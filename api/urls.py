@@ -3,7 +3,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerSplitView
 
-from api import annotation_views, engine_views, history_views
+from api import annotation_views, decision_views, engine_views, history_views
 from api.health_views import BackgroundView
 from api.identity_views import CredentialSelfView
 from api.index_views import ApiIndexView
@@ -46,6 +46,8 @@ urlpatterns = [
         path(f"workflows/<str:instance_id>/recovery/{name}", RecoveryView.as_view(operation=name))
         for name in OPERATIONS
     ),
+    path(f"{W}/decisions", decision_views.WorkflowDecisionsView.as_view()),
+    path(f"{W}/decisions/<str:decision_id>", decision_views.WorkflowDecisionView.as_view()),
     path("workflows/<str:instance_id>/proposals/<str:proposal_id>/approve", ProposalApproveView.as_view()),
     path("workflows/<str:instance_id>/proposals/<str:proposal_id>/reject", ProposalRejectView.as_view()),
 ]

@@ -14,17 +14,24 @@ def viewer_zone(user) -> str:
 
 
 class ViewerZoneMiddleware:
-    """Activates the signed-in operator's zone for the request (after the authentication middleware)."""
+    """Activates the signed-in operator's zone for the request (after the authentication middleware).
+
+    Decided once the view is known: a view marked ``sessionless`` (the health probes) keeps UTC without reading
+    the session, so a probe that brings a signed-in browser's cookie still answers while the database is down.
+    """
 
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
-        timezone.activate(ZoneInfo(viewer_zone(request.user)))
         try:
             return self.get_response(request)
         finally:
             timezone.deactivate()
+
+    def process_view(self, request, view_func, view_args, view_kwargs):
+        if not getattr(getattr(view_func, "view_class", None), "sessionless", False):
+            timezone.activate(ZoneInfo(viewer_zone(request.user)))
 
 
 class PreferencesForm(forms.Form):

@@ -111,6 +111,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "history",
     "engine",
+    "recovery.apps.RecoveryConfig",
     "console",
 ]
 

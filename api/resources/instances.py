@@ -4,7 +4,7 @@ detail, the instance query and the review summary."""
 from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
-from api.resources import optional, optional_time, paged
+from api.resources import optional, optional_raw, optional_time, paged
 from api.resources.activations import StepView, step_view
 from api.schema import (
     AUTH_ERRORS,
@@ -119,6 +119,10 @@ class InstanceDetail(serializers.Serializer):
     created_at = TimeField()
     updated_at = TimeField()
     completed_at = TimeField(required=False)
+    output = ExactJSONField(
+        required=False,
+        help_text="the instance's output once it has succeeded: each step's output by step key; absent before",
+    )
     steps = StepView(many=True, help_text="every step of the fixed definition, in its order ($root excluded)")
     eligibility = serializers.DictField(help_text="which recovery operations are possible now, and why not")
 
@@ -143,6 +147,7 @@ def instance_detail(detail: instance_reads.InstanceDetail, eligibility: dict) ->
     data["created_at"] = format_time(instance.created_at)
     data["updated_at"] = format_time(instance.updated_at)
     optional_time(data, "completed_at", instance.completed_at)
+    optional_raw(data, "output", instance.output)
     data["steps"] = [step_view(view) for view in detail.steps]
     data["eligibility"] = eligibility
     return data

@@ -61,8 +61,9 @@ class AuditChangeList(ChangeList):
 class AuditAdmin(ReadOnlyAdmin):
     list_display = ("id", "action", "actor", "reason", "request_id", "created_at")
     list_filter = ("action", ("created_at", TimeRangeFilter))
-    # Reason by words it contains; the other columns exact; a login's name finds its actor (see below).
-    search_fields = ("=id", "=operation_id", "=actor_id", "=request_id", "reason")
+    # Reason and evidence ref by words they contain (a ticket such as OPS-42); the other columns exact; a login's
+    # name finds its actor (see below).
+    search_fields = ("=id", "=operation_id", "=actor_id", "=request_id", "reason", "evidence_ref")
     ordering = ("-created_at",)
     readonly_fields = ("actor", "before_and_after")
     exclude = ("before", "after")
@@ -142,20 +143,20 @@ class AuditAdmin(ReadOnlyAdmin):
 
 @admin.register(models.SignalOperation)
 class SignalOperationAdmin(AuditAdmin):
-    search_fields = AuditAdmin.search_fields + ("=workflow__id", "=signal__id")
+    search_fields = AuditAdmin.search_fields + ("=workflow__id", "=workflow__business_key", "=signal__id")
     export_columns = ("workflow_id", "signal_id")
 
 
 @admin.register(models.WorkflowOperation)
 class WorkflowOperationAdmin(AuditAdmin):
     list_display = ("id", "action", "workflow", "step_key", "actor", "reason", "request_id", "created_at")
-    search_fields = AuditAdmin.search_fields + ("=workflow__id",)
+    search_fields = AuditAdmin.search_fields + ("=workflow__id", "=workflow__business_key")
     export_columns = ("workflow_id", "step_key", "activation_id")
 
 
 @admin.register(models.ExecutionAudit)
 class ExecutionAuditAdmin(AuditAdmin):
-    search_fields = AuditAdmin.search_fields + ("=task__id",)
+    search_fields = AuditAdmin.search_fields + ("=task__id", "=task__source_instance__business_key")
     export_columns = ("task_id",)
 
 

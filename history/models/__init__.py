@@ -30,7 +30,15 @@ from history.models.records import (
     WaitKind,
     WaitState,
 )
-from history.models.review import ApprovalPolicy, Note, Proposal, ProposalState, ReviewAttention
+from history.models.review import (
+    ApprovalPolicy,
+    Decision,
+    DecisionState,
+    Note,
+    Proposal,
+    ProposalState,
+    ReviewAttention,
+)
 from history.models.work import (
     TERMINAL_TASK_STATES,
     Activation,
@@ -63,6 +71,8 @@ __all__ = [
     "Continuation",
     "ContinuationState",
     "Credential",
+    "Decision",
+    "DecisionState",
     "Disposition",
     "ExecutionAudit",
     "Gate",

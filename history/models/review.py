@@ -68,6 +68,53 @@ class Proposal(models.Model):
         ]
 
 
+class DecisionState(models.TextChoices):
+    RUNNING = "RUNNING"  # steps still to run, now or once the background has taken in the last one
+    SUCCEEDED = "SUCCEEDED"  # its last step took the instance out of review
+    REFUSED = "REFUSED"  # a step was refused: ``refusal`` says which and why; the steps before it stand
+    HELD = "HELD"  # a step was held for a second person's approval (``refusal`` names the proposal)
+
+
+class Decision(models.Model):
+    """One decision an operator states about an instance in review (``recovery.decisions``), run as the chain of
+    recovery operations it stands for: each step an operation of its own, with its own revisions, idempotency
+    key (``decision-<id>-<n>``) and audit; the chain goes on as the background takes in each step.
+
+    It acts as the person who made it (``actor_id``, ``scopes``, ``queue_access``, ``credential_id``): a step the
+    background runs later is refused if that credential has been revoked since.
+    """
+
+    id = _id_field()
+    namespace = _ref("Namespace", db_index=False)
+    workflow = _ref("WorkflowInstance", db_index=False)
+    kind = models.CharField(max_length=32)
+    # The operator's command as sent (exact JSON: a result keeps its exact text).
+    command = _exact_json(null=False)
+    reason = models.CharField(max_length=1024)
+    evidence_ref = models.CharField(max_length=512, blank=True)
+    actor_id = models.CharField(max_length=32)
+    scopes = models.JSONField(default=list)
+    queue_access = models.JSONField(default=list)
+    credential_id = models.CharField(max_length=32, blank=True)
+    request_id = models.CharField(max_length=32, blank=True)
+    state = models.CharField(max_length=16, choices=DecisionState.choices, default=DecisionState.RUNNING)
+    # The operations run, in order: {"operation", "operation_id", "revision", "state", "at"}.
+    steps = models.JSONField(default=list)
+    # While RUNNING: what the next step waits for ("" when nothing). Once REFUSED or HELD: why, and where.
+    waiting = models.CharField(max_length=256, blank=True)
+    refusal = models.JSONField(null=True, blank=True)
+    # A driver (the request that made it, or a runner pass) holds it until then: one driver at a time.
+    lease_until = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=clock.now)
+    updated_at = models.DateTimeField(default=clock.now)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["workflow", "created_at"], name="decision_workflow"),
+            models.Index(fields=["state", "lease_until"], name="decision_state_lease"),
+        ]
+
+
 class Note(models.Model):
     """What an operator says about an instance: append-only; a correction is a new note naming the one it
     corrects. Notes never change the engine's state or revisions."""

@@ -708,6 +708,26 @@ class WeaveClient:
         )
         return self._typed(t.Proposal if answer.status == 202 else t.Receipt, answer, workflow_id)
 
+    @operation("make_workflow_decision")
+    def make_decision(self, workflow_id: str, *, idempotency_key: str, command: Mapping[str, Any]) -> t.Response:
+        """State a decision on an instance in review (``kind``, ``step_key``, ``expected_revision``, ``reason``,
+        ``evidence_ref``, ``declared`` and the kind's outcome); its chain of recovery operations runs server-side.
+        ``data`` is the ``Decision`` as far as it ran (201; a replay of the key answers the same decision, now)."""
+        _check_id(workflow_id, "id")
+        answer = self._send(
+            "POST", f"/v1/workflows/{workflow_id}/decisions", body=command, idempotency_key=idempotency_key
+        )
+        return self._typed(t.Decision, answer, workflow_id)
+
+    @operation("get_workflow_decision")
+    def get_decision(self, workflow_id: str, decision_id: str) -> t.Decision:
+        """A decision and how far its chain has run: follow it until its state is no longer RUNNING."""
+        _check_id(workflow_id, "id")
+        _check_id(decision_id, "decision_id")
+        decision = self._get(t.Decision, f"/v1/workflows/{workflow_id}/decisions/{decision_id}")
+        _expect("workflow_id", decision.workflow_id, workflow_id)
+        return decision
+
     @operation("approve_recovery_proposal")
     def approve_proposal(
         self, workflow_id: str, proposal_id: str, *, idempotency_key: str, reason: str | None = None

@@ -300,6 +300,8 @@ class Workflow:
     review_step_key: str | None = None  # absent when the cause concerns the whole instance
     review_since: dt.datetime | None = None
     completed_at: dt.datetime | None = None
+    # Each step's output by step key, once the instance has succeeded; None before.
+    output: RawJSON | None = None
 
 
 @model
@@ -556,6 +558,46 @@ class InstanceSummary:
     created_at: dt.datetime
     stop_kind: str | None = None
     deadline_at: dt.datetime | None = None
+
+
+@model
+class DecisionStep:
+    """One recovery operation a decision ran (or had held as a proposal)."""
+
+    operation: str
+    at: dt.datetime
+    operation_id: str | None = None
+    revision: int | None = None
+    state: str | None = None
+    proposal_id: str | None = None
+
+
+@model
+class DecisionRefusal:
+    """Where a decision's chain stopped and why (``code`` HELD: held as a proposal)."""
+
+    operation: str
+    code: str
+    message: str
+
+
+@model
+class Decision:
+    """A decision on an instance in review and how far its chain of recovery operations has run."""
+
+    id: str
+    workflow_id: str
+    kind: str
+    step_key: str
+    state: str
+    steps: list[DecisionStep]
+    reason: str
+    evidence_ref: str
+    actor_id: str
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    waiting: str | None = None
+    refusal: DecisionRefusal | None = None
 
 
 @model

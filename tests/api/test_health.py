@@ -41,6 +41,18 @@ def test_healthz_answers_200_without_a_query_a_session_or_a_cookie(api, django_a
     assert not response.cookies and "Set-Cookie" not in response
 
 
+def test_a_probe_from_a_signed_in_browser_never_reads_its_session(
+    client, console_user, django_assert_num_queries, django_assert_max_num_queries
+):
+    """A session cookie must not make a probe ask the database (which may be the thing that is down)."""
+    client.force_login(console_user("ops", "operators"))
+    with django_assert_num_queries(0):
+        assert client.get("/healthz").status_code == 200
+    with django_assert_max_num_queries(10) as ready:
+        assert client.get("/readyz").status_code == 200
+    assert not any("session" in query["sql"] for query in ready.captured_queries)
+
+
 def test_readyz_lists_its_checks_and_writes_nothing(api, monkeypatch):
     monkeypatch.setattr(readiness_module, "_migrated", False)
     before = history_digest()

@@ -83,6 +83,18 @@ def test_the_instance_detail_shows_stop_deadline_review_and_completion_only_when
     )
 
 
+def test_the_instance_detail_shows_the_output_byte_exact_only_once_there_is_one(workflow, reader, api):
+    path = f"/v1/workflows/{workflow.id}"
+    before = api.get(path, **bearer(reader)).content
+    workflow.state = InstanceState.SUCCEEDED
+    workflow.output = '{"charge":{"n":12345678901234567890123,"x":1.50}}'
+    workflow.completed_at = T0
+    workflow.save()
+    after = api.get(path, **bearer(reader)).content
+    assert b'"output"' not in before
+    assert b'"completed_at":"2026-09-18T08:00:00Z","output":{"charge":{"n":12345678901234567890123,"x":1.50}}' in after
+
+
 def test_the_instance_detail_leaves_out_the_step_of_an_instance_wide_review_cause(workflow, reader, call):
     workflow.state = InstanceState.NEEDS_REVIEW
     workflow.review_reason = "corrupt inbox record"

@@ -33,8 +33,9 @@ CONTROLS = [f"POST /v1/workflows/<str:id>/{a}" for a in ("pause", "resume", "can
 CLAIM, HEARTBEAT = "POST /v1/queues/<str:queue>/claim", "POST /v1/tasks/<str:task_id>/heartbeat"
 COMPLETE = "POST /v1/tasks/<str:task_id>/complete"
 NOTE = "POST /v1/workflows/<str:id>/notes"
+DECISION = "POST /v1/workflows/<str:id>/decisions"
 RECOVERY = ["review-task", "resolve-step", "continue-poll", "rearm-wait", "continue", "retry-step"]
-KEYED = [START, SIGNAL, *RECOVERY, NOTE]
+KEYED = [START, SIGNAL, *RECOVERY, NOTE, DECISION]
 # Characters no text field accepts: a lone surrogate, NUL, a bidi override, a zero-width space, a C1 control.
 HIDDEN = ["\ud800", "\x00", "\u202e", "\u200b", "\x85"]
 
@@ -81,7 +82,7 @@ def assert_refused(sent, status: int, field: str, *words: str) -> str:
 
 def test_every_json_post_the_urlconf_serves_is_covered():
     assert {(e.route, e.method) for e in JSON_POSTS} == {r for r in sweep.served_endpoints() if r[1] == "POST"}
-    assert len(JSON_POSTS) == 19 and len(BY_NAME) == 19
+    assert len(JSON_POSTS) == 20 and len(BY_NAME) == 20
 
 
 # ---- the body --------------------------------------------------------------------------------------------

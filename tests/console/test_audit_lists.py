@@ -8,8 +8,9 @@ import json
 import pytest
 
 from console import audit
-from history.models import WorkflowOperation
-from testkit.states import task_unknown_state
+from engine.signaling import signal_accept
+from history.models import ExecutionAudit, SignalOperation, WorkflowInstance, WorkflowOperation
+from testkit.states import SIGNAL, task_unknown_state
 from tests.console.test_recovery_forms import _form, _review_post
 
 pytestmark = pytest.mark.django_db
@@ -44,13 +45,57 @@ def test_an_admin_write_carries_its_request_id_and_the_list_names_the_operator(c
     assert f'olga (auditors, operators) <code title="{row.actor_id}">' in page
 
 
-@pytest.mark.parametrize(
-    ("term", "found"), [("ledger", True), ("olga", True), ("nobody-here", False), ("ticket", False)]
-)
+@pytest.mark.parametrize(("term", "found"), [("ledger", True), ("olga", True), ("nobody-here", False)])
 def test_the_list_searches_reason_words_and_login_names(client, reviewed, term, found):
     row, _ = reviewed
     html = client.get(LIST, {"q": term}).content.decode()
     assert (f"{row.id}/change/" in html) is found
+
+
+def _review_audits(row) -> dict[str, object]:
+    """The workflow and the execution audit rows one ReviewTask wrote, by their list's path."""
+    task_audit = ExecutionAudit.objects.get(id=row.execution_audit_id)
+    return {LIST: row, "/admin/history/executionaudit/": task_audit}
+
+
+@pytest.mark.parametrize(
+    ("term", "found"),
+    [("OPS-123", True), ("ticket:OPS-123", True), ("ticket", True), ("OPS-124", False)],
+)
+def test_the_audit_lists_find_a_row_by_text_its_evidence_ref_contains(client, reviewed, term, found):
+    row, _ = reviewed
+    assert row.evidence_ref == "ticket:OPS-123"
+    for path, audit_row in _review_audits(row).items():
+        html = client.get(path, {"q": term}).content.decode()
+        assert (f"{audit_row.id}/change/" in html) is found, path
+
+
+def test_the_audit_lists_find_the_rows_of_an_instance_by_its_exact_business_key(client, reviewed):
+    row, _ = reviewed
+    key = WorkflowInstance.objects.get(id=row.workflow_id).business_key
+    assert key.startswith("order-")
+    for path, audit_row in _review_audits(row).items():
+        for term, found in ((key, True), (key[:-1], False), (key + "0", False)):
+            html = client.get(path, {"q": term}).content.decode()
+            assert (f"{audit_row.id}/change/" in html) is found, (path, term)
+
+
+def test_the_signal_audit_finds_an_acceptance_by_its_evidence_ref_and_business_key(client, console_user, engine):
+    definition = engine.define([SIGNAL])
+    instance = engine.start(definition, {}, business_key="order-77")
+    engine.settle()
+    command = {"name": "go", "payload_version": "1", "payload": {}, "correlation_key": "", "reason": "approved"}
+    signal_accept(
+        identity=engine.identity,
+        instance_id=instance.id,
+        command=command | {"evidence_ref": "ticket:OPS-42"},
+        idempotency_key="sig-1",
+    )
+    row = SignalOperation.objects.get(workflow=instance)
+    client.force_login(console_user("audrey", "auditors"))
+    for term, found in (("OPS-42", True), ("order-77", True), ("order-7", False), ("OPS-4242", False)):
+        html = client.get("/admin/history/signaloperation/", {"q": term}).content.decode()
+        assert (f"{row.id}/change/" in html) is found, term
 
 
 def test_the_time_range_filters_and_names_a_bad_bound(client, reviewed):

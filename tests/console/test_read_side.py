@@ -4,12 +4,15 @@ import re
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.utils.html import escape
 
+from core import exactjson
 from core.ids import ROOT_STEP_KEY
 from history import models
 from history.models import ApprovalPolicy, ReviewCause
 from history.tenancy import namespace_ensure
 from testkit import states
+from testkit.driver import task_step
 
 pytestmark = pytest.mark.django_db
 
@@ -78,6 +81,24 @@ def test_the_instance_page_draws_the_graph_and_the_timeline(client, acme):
     assert 'class="step state-PENDING" data-step="notify"' in html
     assert 'data-sequence="1"' in html
     assert 'id="audit"' not in html
+
+
+def test_the_instance_page_shows_the_output_exactly_once_the_instance_has_one(client, engine):
+    definition = engine.define([task_step("charge")])
+    done = engine.start(definition, exactjson.loads('{"n": 12345678901234567890123, "amount": 1.10}'))
+    engine.settle()
+    assert engine.work() is not None
+    engine.settle()
+    running = engine.start(definition, {})
+    engine.settle()
+    done = engine.reload(done)
+    assert done.state == "SUCCEEDED" and done.output == '{"charge":{"n":12345678901234567890123,"amount":1.10}}'
+    client.force_login(_user("olga", engine.namespace, "viewers"))
+    html = client.get(f"/admin/history/workflowinstance/{done.id}/change/").content.decode()
+    shown = f'<code class="weave-json" id="instance-output">{escape(done.output)}</code>'
+    assert f'<dt>Output</dt><dd class="weave-fact-wide">{shown}</dd>' in html
+    html = client.get(f"/admin/history/workflowinstance/{running.id}/change/").content.decode()
+    assert 'id="weave-instance"' in html and "<dt>Output</dt>" not in html
 
 
 def test_an_instance_of_another_namespace_is_not_found(client, acme):

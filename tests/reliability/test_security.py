@@ -114,6 +114,15 @@ def security_world(tenancy):
         proposed_by="6" * 32,
         expires_at=clock.now() + dt.timedelta(hours=1),
     )
+    decision = models.Decision.objects.create(  # made by an actor none of the swept tokens act as
+        namespace=namespace,
+        workflow=instance,
+        kind="retry",
+        command=exactjson.dumps(_decision_body(instance)),
+        reason=REASON["reason"],
+        actor_id="6" * 32,
+        state="REFUSED",
+    )
     startable = definition_create(
         namespace_id=namespace.id,
         document={
@@ -155,6 +164,7 @@ def security_world(tenancy):
             "earlier_poll_activation": earlier_poll.id,
             "other_signal": other_signal.id,
             "proposal": proposal.id,
+            "decision": decision.id,
         },
     )
 
@@ -203,6 +213,16 @@ RECOVERY_BODIES: dict[str, Callable] = {
     "continue": lambda w: {"expected_revision": str(w.instance.revision), **REASON, "review_resolved": True},
     "retry-step": lambda w: _decision(w) | {"safe_to_retry": True},
 }
+
+
+def _decision_body(instance) -> dict:
+    return {
+        "kind": "retry",
+        "step_key": "charge",
+        "expected_revision": str(instance.revision),
+        **REASON,
+        "declared": True,
+    }
 
 
 def _control_body(world) -> dict:
@@ -311,6 +331,17 @@ ENDPOINTS = [
             ("assign", lambda w: {"assignee": ""}),
         )
     ],
+    Endpoint(
+        f"{W}/decisions", "POST", Scope.RECOVER, "instance", ON_INSTANCE, body=lambda w: _decision_body(w.instance)
+    ),
+    Endpoint(
+        f"{W}/decisions/<str:decision_id>",
+        "GET",
+        Scope.READ,
+        "instance",
+        ON_INSTANCE | {"decision_id": "decision"},
+        also=Scope.RECOVER,
+    ),
     Endpoint("v1/workflows", "GET", Scope.READ, "namespace", list_kind="workflows"),
     Endpoint("v1/workflows/review-summary", "GET", Scope.READ, "namespace"),
     Endpoint(

@@ -171,6 +171,13 @@ def test_a_workflow_in_review_decodes_its_review_cause_step_and_time():
     assert (workflow.review_cause, workflow.review_step_key, workflow.review_since) == (None, None, None)
 
 
+def test_a_succeeded_workflow_decodes_its_output_exact_and_one_without_output_has_none():
+    data = json.dumps(WORKFLOW | {"state": "SUCCEEDED"})[:-1] + ',"output":{"charge":{"amount":1.10}}}'
+    workflow = client_for(Server((200, f'{{"request_id":"{"a" * 32}","data":{data}}}'))).get_workflow(W)
+    assert workflow.output == RawJSON('{"charge":{"amount":1.10}}')
+    assert client_for(Server((200, WORKFLOW))).get_workflow(W).output is None
+
+
 def test_a_network_error_on_a_read_re_reads_the_same_resource():
     server = Server((0, httpx.ConnectError("down")), (200, PAGE))
     page = client_for(server).list_workflow_activations(W, "charge", limit=1, cursor="c:1")

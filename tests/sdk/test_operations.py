@@ -27,6 +27,7 @@ ARGUMENTS = {
     "operation": OP,
     "task_id": T,
     "proposal_id": P,
+    "decision_id": P,
     "queue": "payments",
     "idempotency_key": "key-1",
     "command": {},
@@ -50,6 +51,7 @@ PATH_VALUES = {
     "task": T,
     "task_id": T,
     "proposal_id": P,
+    "decision_id": P,
     "queue": "payments",
 }
 NOT_FOUND = '{"request_id":"' + "b" * 32 + '","error":{"code":"NOT_FOUND","message":"no such thing"}}'

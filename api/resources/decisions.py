@@ -1,0 +1,144 @@
+"""Decisions (``recovery.decisions``): one call states what the operator established; the answer is the decision,
+a resource to follow while its chain of recovery operations runs."""
+
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
+from rest_framework import serializers
+
+from api.resources.operations import ConclusionField, DeclarationField
+from api.schema import (
+    AUTH_ERRORS,
+    BODY_LIMITS,
+    BODY_REFUSALS,
+    KEY_REUSED,
+    UNAVAILABLE_ERRORS,
+    WORKFLOW_NOT_FOUND,
+    Command,
+    ExactJSONField,
+    IdField,
+    RevisionField,
+    StepKeyField,
+    TimeField,
+    evidence_ref,
+    only,
+    reason,
+)
+from core import exactjson
+from core.times import format_time
+from history.models import Decision, DecisionState
+from recovery.decisions import KINDS, Kind
+from recovery.operations import OPERATIONS
+
+
+@extend_schema_field({"type": "string", "enum": list(KINDS)}, component_name="DecisionKind")
+class KindField(serializers.CharField):
+    pass
+
+
+@extend_schema_field({"type": "string", "enum": list(DecisionState.values)}, component_name="DecisionState")
+class StateField(serializers.CharField):
+    pass
+
+
+@extend_schema_field({"type": "string", "enum": list(OPERATIONS)}, component_name="OperationName")
+class OperationNameField(serializers.CharField):
+    pass
+
+
+def _command(kind: Kind) -> type[serializers.Serializer]:
+    """The body of one kind of decision: the common fields, and its outcome fields (required) when it has any."""
+    fields = {
+        "kind": only(kind.name, help_text=kind.established),
+        "step_key": StepKeyField(help_text="the step the decision is about"),
+        "expected_revision": RevisionField(help_text="the instance's revision the operator decided on"),
+        "reason": reason(),
+        "evidence_ref": evidence_ref(),
+        "declared": DeclarationField(
+            help_text="must be true: the operator makes the declaration of every operation the decision runs"
+        ),
+    }
+    if "conclusion" in kind.outcome:
+        fields["conclusion"] = ConclusionField()
+    if "result" in kind.outcome:
+        fields["result"] = ExactJSONField(
+            help_text="the work's result, stored byte-exact"
+            if "conclusion" in kind.outcome
+            else "the pending answer, as the poll's mapping reads it"
+        )
+    name = "".join(part.title() for part in kind.name.split("-"))
+    return type(f"Decision{name}Command", (Command,), fields)
+
+
+DecisionCommand = PolymorphicProxySerializer(
+    component_name="DecisionCommand",
+    serializers=[_command(kind) for kind in KINDS.values()],
+    resource_type_field_name=None,
+)
+
+
+class DecisionStep(serializers.Serializer):
+    operation = OperationNameField()
+    at = TimeField()
+    operation_id = IdField(required=False, help_text="its workflow audit row (absent when held as a proposal)")
+    revision = RevisionField(required=False, help_text="the instance's revision after it")
+    state = serializers.CharField(required=False, help_text="the instance's state after it")
+    proposal_id = IdField(required=False, help_text="the proposal it was held as")
+
+
+class DecisionRefusal(serializers.Serializer):
+    operation = serializers.CharField(help_text='the operation refused ("" when none was possible)')
+    code = serializers.CharField(help_text="the error code, or HELD")
+    message = serializers.CharField()
+
+
+class DecisionAnswer(serializers.Serializer):
+    id = IdField()
+    workflow_id = IdField()
+    kind = KindField()
+    step_key = StepKeyField()
+    state = StateField(
+        help_text="RUNNING (steps to run, now or after the background), SUCCEEDED (out of review), "
+        "REFUSED or HELD (see refusal)"
+    )
+    steps = DecisionStep(many=True, help_text="the operations run, in order")
+    waiting = serializers.CharField(required=False, help_text="while RUNNING: what the next step waits for")
+    refusal = DecisionRefusal(required=False)
+    reason = serializers.CharField()
+    evidence_ref = serializers.CharField()
+    actor_id = IdField()
+    created_at = TimeField()
+    updated_at = TimeField()
+
+
+def decision(row: Decision) -> dict:
+    command = exactjson.loads(row.command)
+    data = {
+        "id": row.id,
+        "workflow_id": row.workflow_id,
+        "kind": row.kind,
+        "step_key": command["step_key"],
+        "state": row.state,
+        "steps": row.steps,
+    }
+    if row.waiting:
+        data["waiting"] = row.waiting
+    if row.refusal:
+        data["refusal"] = row.refusal
+    return data | {
+        "reason": row.reason,
+        "evidence_ref": row.evidence_ref,
+        "actor_id": row.actor_id,
+        "created_at": format_time(row.created_at),
+        "updated_at": format_time(row.updated_at),
+    }
+
+
+DECISION_ERRORS = {
+    400: f"INVALID_ARGUMENT: a malformed id, command or Idempotency-Key, {BODY_LIMITS} (field named); "
+    "FAILED_PRECONDITION: the instance is not in review, or its inbox holds unconsumed records",
+    **AUTH_ERRORS,
+    **BODY_REFUSALS,
+    404: f"{WORKFLOW_NOT_FOUND}; or the instance has no such step (field step_key)",
+    409: f"ABORTED: the instance moved since the revision decided on (the message names the last operation); "
+    f"{KEY_REUSED}",
+    **UNAVAILABLE_ERRORS,
+}

@@ -1,0 +1,388 @@
+"""Decisions: what an operator established about an instance in review, stated once and run as the chain of
+recovery operations the seeds require for it.
+
+A decision names its kind (``KINDS``: what the operator established), the step it is about, the outcome where the
+kind has one, a reason, evidence and one declaration that covers every operation of the chain. It is checked and
+stored in one transaction (``decision_make``: the instance must still be at the revision the operator saw), then
+driven (``decision_drive``): each step is the operation the kind allows that is possible now — Continue first once
+the outcome has been applied and nothing else is left — run through that operation's own service, so each step
+has its own checks, revisions, idempotency key (``decision-<id>-<n>``), transaction and audit. When no step is
+possible because the runner has not yet taken in the last one, the decision waits; a runner pass drives it again
+(``pass_decisions``, registered with the runner's passes by ``recovery.apps``). A refused step ends the chain,
+naming the operation and the rule; a step held for a second person's approval ends it as HELD.
+
+A driver holds the decision by a lease, so the request that made it and the runner never drive it at once; a
+driver killed between a step's commit and its record finds the step's receipt under its key and records it.
+"""
+
+import datetime as dt
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from core import clock, exactjson
+from core import fields as field_rules
+from core.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound, WeaveError
+from core.identity import Identity, queue_set
+from core.logs import log_context
+from core.times import format_time
+from history import idempotency
+from history.idempotency import receipt_freeze, receipt_replay
+from history.locking import LockSet, atomic_with_retry
+from history.models import (
+    Decision,
+    DecisionState,
+    IdempotencyReceipt,
+    InboxRecord,
+    InboxState,
+    InstanceState,
+    Scope,
+    Step,
+    Task,
+    TaskState,
+    WorkflowInstance,
+    WorkflowOperation,
+)
+from history.selectors.access import instance_get_readable
+from recovery.commands import CONCLUSIONS, instance_id_check
+from recovery.context import context_open
+from recovery.eligibility import instance_eligibility
+from recovery.operations import OPERATIONS
+from recovery.pipeline import PROPOSED, key_held, key_retried
+
+log = logging.getLogger("weave.decisions")
+
+DECIDE = "decide"
+LEASE = dt.timedelta(seconds=60)
+BATCH = 50
+# A chain is a few operations; a decision that would run more has met a loop, not a recovery.
+MAX_STEPS = 8
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What an operator established, and the operations that carry it out, in the order they are tried."""
+
+    name: str
+    title: str
+    established: str  # what the operator asserts, in the console's and the API's words
+    operations: tuple[str, ...]
+    # The outcome fields the operator gives: "conclusion" and "result", or "result" alone (a poll's answer).
+    outcome: tuple[str, ...] = ()
+
+
+KINDS: dict[str, Kind] = {
+    kind.name: kind
+    for kind in (
+        Kind(
+            "conclude",
+            "The work ended this way",
+            "the step's external work has ended, with this conclusion and result, and will have no further effect",
+            ("review-task", "resolve-step", "continue"),
+            outcome=("conclusion", "result"),
+        ),
+        Kind(
+            "keep-polling",
+            "The answer is still pending",
+            "the external work is still pending: this is its answer, and the poll should go on",
+            ("review-task", "continue-poll", "continue"),
+            outcome=("result",),
+        ),
+        Kind(
+            "retry",
+            "Safe to run again",
+            "the step's earlier executions have ended without effect and running it again is safe",
+            ("retry-step", "continue"),
+        ),
+        Kind(
+            "rearm",
+            "Wait for a valid signal",
+            "the wait's signals were checked and the step should wait again for a valid one",
+            ("rearm-wait", "continue"),
+        ),
+    )
+}
+
+_FIELDS = ("kind", "step_key", "expected_revision", "reason", "evidence_ref", "declared", "conclusion", "result")
+
+
+@dataclass(frozen=True)
+class DecisionCommand:
+    kind: Kind
+    step_key: str
+    expected_revision: int
+    reason: str
+    evidence_ref: str
+    conclusion: str | None
+    result: object
+
+
+def decision_command_parse(raw: object) -> DecisionCommand:
+    """Every field checked before anything is read; INVALID_ARGUMENT names the first one wrong."""
+    command = field_rules.command_object(raw, allowed=_FIELDS)
+    name = field_rules.choice("kind", field_rules.required(command, "kind"), tuple(KINDS))
+    kind = KINDS[name]
+    rules = {
+        "step_key": field_rules.step_key,
+        "expected_revision": field_rules.revision,
+        "reason": field_rules.reason,
+        "evidence_ref": field_rules.token,
+    }
+    values = {field: rule(field, field_rules.required(command, field)) for field, rule in rules.items()}
+    field_rules.declaration("declared", field_rules.required(command, "declared"))
+    for field in ("conclusion", "result"):
+        if field not in kind.outcome and field in command:
+            raise InvalidArgument(f"{field}: a {name} decision has no {field}", field=field)
+    conclusion = None
+    if "conclusion" in kind.outcome:
+        conclusion = field_rules.choice("conclusion", field_rules.required(command, "conclusion"), CONCLUSIONS)
+    result = None
+    if "result" in kind.outcome:
+        field_rules.json_text("result", field_rules.required(command, "result"))
+        result = command["result"]
+    return DecisionCommand(kind=kind, conclusion=conclusion, result=result, **values)
+
+
+def decision_make(*, identity: Identity, instance_id: str, idempotency_key: str, command: dict, request_id: str = ""):
+    """Check and store a decision (one transaction), then drive it as far as it goes now; the decision."""
+    identity.require_scope(Scope.RECOVER)
+    instance_id_check(instance_id)
+    idempotency.key_check(idempotency_key)
+    parsed = decision_command_parse(command)
+    fingerprint = idempotency.fingerprint(operation=DECIDE, target=instance_id, command=command)
+
+    def commit():
+        locks = LockSet()
+        row, replay = key_held(
+            locks=locks,
+            identity=identity,
+            key=idempotency_key,
+            fingerprint=fingerprint,
+            operation=DECIDE,
+            instance_id=instance_id,
+        )
+        if replay is not None:
+            return replay
+        # A view the instance has left is refused first, naming what moved it (a second tab, a colleague).
+        instance = instance_get_readable(identity=identity, instance_id=instance_id)
+        if instance.revision != parsed.expected_revision:
+            raise Aborted(_moved(instance, parsed.expected_revision))
+        context_open(identity=identity, instance_id=instance_id, locks=None)
+        if not Step.objects.filter(instance_id=instance_id, key=parsed.step_key).exists():
+            raise NotFound(f"step_key: the instance has no step {parsed.step_key!r}", field="step_key")
+        decision = Decision.objects.create(
+            namespace_id=identity.namespace_id,
+            workflow_id=instance_id,
+            kind=parsed.kind.name,
+            command=exactjson.dumps(command),
+            reason=parsed.reason,
+            evidence_ref=parsed.evidence_ref,
+            actor_id=identity.actor_id,
+            scopes=sorted(identity.scopes),
+            queue_access="*" if identity.queues is None else sorted(identity.queues),
+            credential_id=identity.credential_id or "",
+            request_id=request_id,
+        )
+        return receipt_freeze(row=row, data={"decision_id": decision.id}, status=201)
+
+    with log_context(namespace=identity.namespace_id, instance=instance_id):
+        receipt = key_retried(commit)
+        decision_id = receipt.data["decision_id"]
+        decision_drive(decision_id)
+    return Decision.objects.get(pk=decision_id), receipt
+
+
+def decision_get(*, identity: Identity, instance_id: str, decision_id: str) -> Decision:
+    """A decision about an instance the caller may read; NOT_FOUND names ``decision_id`` otherwise."""
+    identity.require_scope(Scope.READ, Scope.RECOVER)
+    instance = instance_get_readable(identity=identity, instance_id=instance_id_check(instance_id))
+    found = Decision.objects.filter(pk=field_rules.identifier("decision_id", decision_id), workflow_id=instance.id)
+    decision = found.first()
+    if decision is None:
+        raise NotFound("decision_id: no such decision of this workflow", field="decision_id")
+    return decision
+
+
+def _moved(instance: WorkflowInstance, seen: int) -> str:
+    """Why a decision made on an older view is refused: what moved the instance since, by whom and when."""
+    message = f"the instance moved since you looked: revision {seen} → {instance.revision}"
+    last = WorkflowOperation.objects.filter(workflow_id=instance.id).order_by("-created_at", "-id").first()
+    if last is not None:
+        message += f"; the last operation was {last.action} by {last.actor_id} at {last.created_at.isoformat()}"
+    return message + "; look again before you decide"
+
+
+def decision_drive(decision_id: str) -> bool:
+    """Run the decision's next steps until it ends or waits for the background; False when another driver holds
+    it (or it has ended)."""
+    decision = _lease(decision_id)
+    if decision is None:
+        return False
+    identity = Identity(
+        namespace_id=decision.namespace_id,
+        actor_id=decision.actor_id,
+        scopes=frozenset(decision.scopes),
+        queues=queue_set(decision.queue_access),
+        credential_id=decision.credential_id or None,
+    )
+    parsed = decision_command_parse(exactjson.loads(decision.command))
+    try:
+        while decision.state == DecisionState.RUNNING and _step(decision, identity, parsed):
+            pass
+    finally:
+        _save(decision, lease_until=None)
+    return True
+
+
+def _lease(decision_id: str) -> Decision | None:
+    def take():
+        row = Decision.objects.select_for_update(skip_locked=True).filter(pk=decision_id).first()
+        now = clock.now()
+        if row is None or row.state != DecisionState.RUNNING or (row.lease_until and row.lease_until > now):
+            return None
+        row.lease_until = now + LEASE
+        row.save(update_fields=["lease_until"])
+        return row
+
+    return atomic_with_retry(take)
+
+
+def _save(decision: Decision, **changes) -> None:
+    for name, value in changes.items():
+        setattr(decision, name, value)
+    decision.updated_at = clock.now()
+    Decision.objects.filter(pk=decision.pk).update(
+        state=decision.state,
+        steps=decision.steps,
+        waiting=decision.waiting,
+        refusal=decision.refusal,
+        lease_until=decision.lease_until,
+        updated_at=decision.updated_at,
+    )
+
+
+def _step(decision: Decision, identity: Identity, parsed: DecisionCommand) -> bool:
+    """One step: record a step a killed driver ran, or end, or run the next operation; False when it waits."""
+    number = len(decision.steps) + 1
+    key = f"decision-{decision.id}-{number}"
+    ran = IdempotencyReceipt.objects.filter(namespace_id=decision.namespace_id, key=key).exclude(response="").first()
+    if ran is not None:
+        _record(decision, ran.operation, receipt_replay(row=ran))
+        return True
+    instance = WorkflowInstance.objects.get(pk=decision.workflow_id)
+    if decision.steps and instance.state != InstanceState.NEEDS_REVIEW:
+        _save(decision, state=DecisionState.SUCCEEDED, waiting="")
+        return True
+    if len(decision.steps) >= MAX_STEPS:
+        _refuse(decision, "", FailedPrecondition(f"the decision ran {MAX_STEPS} steps without ending the review"))
+        return True
+    try:
+        name, command = _next(decision, identity, parsed, instance)
+    except _Waiting as waiting:
+        _save(decision, waiting=str(waiting))
+        return False
+    except WeaveError as error:
+        _refuse(decision, "", error)
+        return True
+    try:
+        receipt = OPERATIONS[name].service(
+            identity=identity,
+            instance_id=decision.workflow_id,
+            idempotency_key=key,
+            command=command,
+            request_id=decision.request_id,
+        )
+    except WeaveError as error:
+        _refuse(decision, name, error)
+        return True
+    _record(decision, name, receipt)
+    return True
+
+
+def _record(decision: Decision, name: str, receipt) -> None:
+    data = receipt.data
+    step = {"operation": name, "at": format_time(clock.now())}
+    if receipt.status == PROPOSED:
+        step["proposal_id"] = data["id"]
+        refusal = {"operation": name, "code": "HELD", "message": "held for a second person's approval"}
+        _save(decision, steps=[*decision.steps, step], state=DecisionState.HELD, refusal=refusal, waiting="")
+        return
+    step |= {"operation_id": data["operation_id"], "revision": data["revision"], "state": data["state"]}
+    _save(decision, steps=[*decision.steps, step], waiting="")
+
+
+def _refuse(decision: Decision, name: str, error: WeaveError) -> None:
+    refusal = {"operation": name, "code": error.code, "message": error.message}
+    _save(decision, state=DecisionState.REFUSED, refusal=refusal, waiting="")
+    log.info("decision %s refused at step %s (%s): %s", decision.id, len(decision.steps) + 1, name, error.message)
+
+
+class _Waiting(Exception):
+    """No step is possible until the background takes in the last one."""
+
+
+def _next(decision: Decision, identity: Identity, parsed: DecisionCommand, instance: WorkflowInstance):
+    """The operation to run now and its command, judged by the operations' own eligibility."""
+    if InboxRecord.objects.filter(instance_id=instance.id, state=InboxState.PENDING).exists():
+        raise _Waiting("the runner takes in the last step's result")
+    eligibility = instance_eligibility(identity=identity, instance_id=instance.id)
+    kind = parsed.kind
+    # Continue once the outcome has been applied and it is possible; before, the outcome's own operations.
+    order = [n for n in kind.operations if n != "continue"]
+    if decision.steps:
+        order.insert(0, "continue")
+    refusals = {}
+    for name in order:
+        operation = OPERATIONS[name]
+        entry = eligibility[name] if operation.target == "instance" else eligibility["steps"][parsed.step_key][name]
+        if entry["possible"]:
+            return name, _command(name, entry, parsed, instance)
+        refusals[name] = entry["reason"]
+    if not decision.steps and "continue" in kind.operations:
+        refusals["continue"] = eligibility["continue"].get("reason", "not before the outcome is applied")
+    raise FailedPrecondition(
+        "no operation of this decision is possible now: "
+        + "; ".join(f"{OPERATIONS[name].title}: {why}" for name, why in refusals.items())
+    )
+
+
+def _command(name: str, entry: Mapping, parsed: DecisionCommand, instance: WorkflowInstance) -> dict:
+    """The operation's command from the decision: the revisions read now, the declaration the operator made."""
+    operation = OPERATIONS[name]
+    command = {
+        "expected_revision": str(instance.revision),
+        "reason": parsed.reason,
+        "evidence_ref": parsed.evidence_ref,
+        operation.declaration: True,
+    }
+    if operation.target == "task":
+        task = Task.objects.get(pk=entry["task_id"], state=TaskState.NEEDS_REVIEW)
+        command |= {"task_id": task.id, "expected_task_revision": str(task.revision)}
+    elif operation.target == "step":
+        step = Step.objects.get(instance_id=instance.id, key=parsed.step_key)
+        command |= {
+            "step_key": step.key,
+            "activation_id": step.current_activation_id,
+            "expected_step_revision": str(step.revision),
+        }
+    if operation.with_conclusion:
+        command |= {"conclusion": parsed.conclusion or "SUCCEEDED", "result": parsed.result}
+    return command
+
+
+def pass_decisions() -> int:
+    """A runner pass: drive the running decisions no driver holds (those waiting on the background); how many
+    took a step or ended."""
+    now = clock.now()
+    ids = list(
+        Decision.objects.filter(state=DecisionState.RUNNING)
+        .exclude(lease_until__gt=now)
+        .order_by("updated_at")
+        .values_list("id", "steps", "state")[:BATCH]
+    )
+    moved = 0
+    for decision_id, steps, state in ids:
+        if decision_drive(decision_id):
+            after = Decision.objects.values_list("steps", "state").get(pk=decision_id)
+            moved += after != (steps, state)
+    return moved
