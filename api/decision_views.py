@@ -1,5 +1,6 @@
 """Decisions over HTTP: POST /v1/workflows/{id}/decisions states one (workflows:recover, Idempotency-Key) and
-answers the decision as far as it ran; GET …/decisions/{decision_id} follows it (workflows:read or :recover).
+answers the decision as far as it ran; GET …/decisions/{decision_id} follows it (workflows:read or :recover);
+POST …/decisions/{decision_id}/approve and …/reject answer one held under four eyes (workflows:recover).
 
 Unlike a recovery receipt, the answer is the decision now: a replay of the same key and command answers the same
 decision in its current state (``Idempotent-Replayed``), never a second one.
@@ -13,12 +14,13 @@ from api import schema
 from api.params import no_params
 from api.permissions import scope_required
 from api.resources import decisions
+from api.resources.operations import ApproveCommand, RejectCommand
 from core.ids import ID_PATTERN
 from core.request_id import request_id_of
 from engine.commands import id_argument
 from history import idempotency
 from history.models import Scope
-from recovery.decisions import decision_get, decision_make
+from recovery.decisions import decision_approve, decision_get, decision_make, decision_reject
 
 DECISION_ID = schema.path_parameter("decision_id", "the decision's id", ID_PATTERN)
 READ_ERRORS = {
@@ -49,10 +51,15 @@ class WorkflowDecisionsView(APIView):
             command=request.data,
             request_id=request_id_of(request),
         )
-        response = Response(decisions.decision(decision), status=200 if receipt.replayed else 201)
-        if receipt.replayed:
-            response["Idempotent-Replayed"] = "true"
-        return response
+        return _answer(decision, receipt, status=201)
+
+
+def _answer(decision, receipt, *, status: int) -> Response:
+    """The decision now; a replay of the same key and command says so (``Idempotent-Replayed``) and answers 200."""
+    response = Response(decisions.decision(decision), status=200 if receipt.replayed else status)
+    if receipt.replayed:
+        response["Idempotent-Replayed"] = "true"
+    return response
 
 
 class WorkflowDecisionView(APIView):
@@ -69,3 +76,44 @@ class WorkflowDecisionView(APIView):
         no_params(request.query_params)
         found = decision_get(identity=request.auth, instance_id=id, decision_id=decision_id)
         return Response(decisions.decision(found))
+
+
+def _answer_view(service, command, summary: str) -> type[APIView]:
+    """POST …/approve or …/reject of a decision held under four eyes: ``service`` answers it."""
+
+    class DecisionAnswerView(APIView):
+        http_method_names = ["post"]
+        permission_classes = [scope_required(Scope.RECOVER)]
+
+        @extend_schema(
+            operation_id=f"{service.__name__.removeprefix('decision_')}_workflow_decision",
+            summary=summary,
+            parameters=[schema.WORKFLOW_ID, DECISION_ID, *schema.idempotency_key(status=200)],
+            request=command,
+            responses=schema.responses(decisions.DecisionAnswer, errors=decisions.ANSWER_ERRORS),
+        )
+        def post(self, request, id, decision_id):
+            decision, receipt = service(
+                identity=request.auth,
+                instance_id=id_argument(id, "id"),
+                decision_id=decision_id,
+                idempotency_key=request.headers.get(idempotency.HEADER),
+                command=request.data,
+                request_id=request_id_of(request),
+            )
+            return _answer(decision, receipt, status=200)
+
+    DecisionAnswerView.__name__ = f"{service.__name__}_view"
+    return DecisionAnswerView
+
+
+DecisionApproveView = _answer_view(
+    decision_approve,
+    ApproveCommand,
+    "Approve a decision held under four eyes: its chain runs now (workflows:recover; not its maker)",
+)
+DecisionRejectView = _answer_view(
+    decision_reject,
+    RejectCommand,
+    "Reject a decision held under four eyes: nothing runs (workflows:recover; its maker may withdraw it)",
+)

@@ -48,6 +48,8 @@ urlpatterns = [
     ),
     path(f"{W}/decisions", decision_views.WorkflowDecisionsView.as_view()),
     path(f"{W}/decisions/<str:decision_id>", decision_views.WorkflowDecisionView.as_view()),
+    path(f"{W}/decisions/<str:decision_id>/approve", decision_views.DecisionApproveView.as_view()),
+    path(f"{W}/decisions/<str:decision_id>/reject", decision_views.DecisionRejectView.as_view()),
     path("workflows/<str:instance_id>/proposals/<str:proposal_id>/approve", ProposalApproveView.as_view()),
     path("workflows/<str:instance_id>/proposals/<str:proposal_id>/reject", ProposalRejectView.as_view()),
 ]

@@ -9,6 +9,7 @@ which enforce every rule.
 """
 
 import dataclasses
+import datetime as dt
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
@@ -30,6 +31,7 @@ from console.admins.base import PERMISSIONS, ReadOnlyAdmin, operator_identity
 from console.attention import ACTIONS as ATTENTION_ACTIONS
 from console.attention import attention_context, attention_post, may_annotate
 from console.audit import actor_names
+from console.controls import control_effect, signal_outcome, signal_target_chosen, signal_targets, step_contract
 from console.facts import decision_facts
 from console.filters import DefinitionFilter
 from console.forms import (
@@ -43,9 +45,10 @@ from console.forms import (
     recovery_form_class,
 )
 from console.graph import step_graph_svg
-from console.links import next_operation, operation_link
-from console.proposals import instance_proposals, proposal_decide, proposal_of, proposal_page
+from console.links import copy_button, instance_label, instance_name, next_operation, operation_link
+from console.proposals import instance_proposals, local_time, proposal_decide, proposal_of, proposal_page
 from console.queue import age
+from console.refusals import acted_since, acted_words, refusal_attach
 from console.saved_views import SavedViewForm, kept_query
 from core import clock
 from core.errors import Aborted, InvalidArgument, WeaveError
@@ -61,7 +64,7 @@ from history.selectors.access import INSTANCE_NOT_FOUND
 from history.selectors.events import event_filters, sequence_parse
 from history.selectors.instance_page import NEWEST_FIRST, instance_page
 from history.selectors.instances import task_attempts
-from recovery.consequences import operation_consequences
+from recovery.consequences import control_consequences, operation_consequences, signal_consequences
 from recovery.eligibility import instance_eligibility, operation_preview
 from recovery.operations import OPERATIONS
 from recovery.pipeline import PROPOSED
@@ -146,6 +149,33 @@ def _background_pending(instance: models.WorkflowInstance) -> int:
     return records.count() + continuations.count() + settling
 
 
+def _following(instance: models.WorkflowInstance) -> dict:
+    """What the instance page follows it by: the background's pending work, whether the instance can still move
+    (unfinished; in review only while the background has work of it or a task of it runs) and the version the
+    page compares with its status to know it changed."""
+    pending = _background_pending(instance)
+    running = models.Task.objects.filter(source_instance_id=instance.id, state=models.TaskState.LEASED)
+    moving = instance.state not in FINISHED and (
+        instance.state != models.InstanceState.NEEDS_REVIEW or pending > 0 or running.exists()
+    )
+    return {"pending": pending, "moving": moving, "version": f"{instance.revision}.{pending}"}
+
+
+def _awaits(identity, instance: models.WorkflowInstance, operation, data) -> bool:
+    """Whether the form's subject still awaits ``operation``: its task is in review, or the eligibility (the
+    commit's own checks) finds the operation possible on its step or on the instance."""
+    if operation.target == "task":
+        task_id = data.get("task_id") or data.get("task", "")
+        return models.Task.objects.filter(
+            source_instance_id=instance.id, id=task_id, state=models.TaskState.NEEDS_REVIEW
+        ).exists()
+    eligibility = instance_eligibility(identity=identity, instance_id=instance.id)
+    if operation.target == "instance":
+        return eligibility[operation.name]["possible"]
+    entry = eligibility["steps"].get(data.get("step_key") or data.get("step", ""), {}).get(operation.name)
+    return bool(entry and entry["possible"])
+
+
 def _last_decision(instance: models.WorkflowInstance, identity) -> dict:
     """The reason and evidence of this operator's latest operation on the instance since it entered review."""
     if identity is None or instance.review_since is None:
@@ -200,7 +230,8 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
         "in_review_for",
         "updated",
     )
-    list_display_links = ("instance",)
+    # The instance column links its name itself, beside the id's copy button (a button inside a link is invalid).
+    list_display_links = None
     list_filter = (
         "state",
         "review_cause",
@@ -236,7 +267,7 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
 
     @admin.display(description="instance", ordering="id")
     def instance(self, instance):
-        return format_html('<code title="{}">{}…</code>', instance.id, instance.id[:8])
+        return instance_label(instance)
 
     @admin.display(description="state", ordering="state")
     def state_and_flags(self, instance) -> str:
@@ -272,7 +303,8 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
-            "title": f"Instance {instance.id}",
+            "title": instance_name(instance),
+            "copy_id": copy_button(instance.id, "instance id"),
             "page": page,
             "graph": step_graph_svg(instance.definition.spec.get("steps", []), states),
             "with_audit": with_audit,
@@ -280,8 +312,8 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             "can_signal": user.has_perm(PERMISSIONS["signal"]),
             "timeline": self._timeline_context(page, events, events_before),
             "facts": decision_facts(page),
-            # Records the background has not consumed yet: the page follows it until they are.
-            "pending": _background_pending(instance),
+            # Records the background has not consumed yet, and whether the page follows the instance.
+            **_following(instance),
             "proposals": instance_proposals(instance),
             # Acknowledgement, assignment and notes: never the engine's state.
             "attention": attention_context(request, instance),
@@ -396,7 +428,7 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
-            "title": f"Proposal — instance {instance.id}",
+            "title": f"Proposal — {instance_name(instance)}",
             "instance": instance,
             "instance_url": self._instance_url(instance.id),
             **proposal_page(request, instance, proposal),
@@ -405,15 +437,13 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
         return TemplateResponse(request, "admin/console/proposal.html", context)
 
     def status_view(self, request, object_id):
-        """What the instance page polls while the background has records to consume: small, no page."""
+        """What the instance page polls while the instance can still move: small, no page."""
         if request.method != "GET":
             return HttpResponseNotAllowed(["GET"])
         if not self.has_view_permission(request):
             raise PermissionDenied
         instance = self.visible_instance(request, object_id)
-        return JsonResponse(
-            {"state": instance.state, "revision": str(instance.revision), "pending": _background_pending(instance)}
-        )
+        return JsonResponse({"state": instance.state, "revision": str(instance.revision), **_following(instance)})
 
     # ---- one recovery operation: form → preview → confirm -------------------------------
 
@@ -448,9 +478,9 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
         identity = operator_identity(request, "recover")
         instance = self.visible_instance(request, object_id)
         form_class = recovery_form_class(spec)
-        preview, consequences, conflict = None, None, False
+        preview, consequences, conflict, decided = None, None, False, None
         if request.method == "POST":
-            form = form_class(request.POST)
+            form = form_class(request.POST, definition=instance.definition)
             if form.is_valid():
                 command = form_command(spec, form.cleaned_data)
                 try:
@@ -474,20 +504,30 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
                     )
                     form = hidden_copy(form)
                 except WeaveError as error:
-                    conflict = isinstance(error, Aborted)
-                    attach_error(form, error)
+                    seen = form.cleaned_data["expected_revision"]
+                    acted = refusal_attach(form, error, instance=instance, user=request.user, seen=seen)
+                    conflict = isinstance(error, Aborted) and acted is None
+                    # Someone else took this decision: the form is not offered again.
+                    if acted is not None and not _awaits(identity, instance, spec, request.POST):
+                        decided = acted
         else:
             form = form_class(initial=self._initial(request, instance, spec))
+            acted = acted_since(instance, form.initial["expected_revision"])
+            if acted is not None and not _awaits(identity, instance, spec, request.GET):
+                decided = acted_words(
+                    acted, user=request.user, instance=instance, outcome="so this form is not offered again."
+                )
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
-            "title": f"{spec.title} — instance {instance.id}",
+            "title": f"{spec.title} — {instance_name(instance)}",
             "instance": instance,
             "operation": spec,
             "form": form,
             "preview": preview,
             "consequences": consequences,
             "conflict": conflict,
+            "decided": decided,
             "instance_url": self._instance_url(instance.id),
             "subject": self._subject(request.POST if request.method == "POST" else request.GET, instance),
             "prefilled_from": form.initial.get("prefilled_from"),
@@ -513,7 +553,7 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             messages.info(
                 request,
                 f"{spec.title} needs a second person's approval here: it is held as proposal {data['proposal_id']} "
-                f"until {data['expires_at']}; nothing was run yet.",
+                f"until {local_time(dt.datetime.fromisoformat(data['expires_at']))}; nothing was run yet.",
             )
         elif receipt.replayed:
             messages.warning(
@@ -527,63 +567,111 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
                 f"operation {data['operation_id']}.",
             )
 
-    # ---- pause / resume / cancel, send signal -------------------------------------------
+    # ---- pause / resume / cancel, send signal: form → preview → confirm ------------------
 
     def control_view(self, request, object_id, action):
         if action not in CONTROLS:
             raise Http404("no such control action")
         identity = operator_identity(request, "control")
         instance = self.visible_instance(request, object_id)
+        preview = None
         if request.method == "POST":
             form = ControlForm(request.POST)
             if form.is_valid():
+                command = dict(form.cleaned_data)
                 try:
-                    CONTROLS[action](
-                        identity=identity,
-                        instance_id=instance.id,
-                        command=dict(form.cleaned_data),
-                        request_id=request_id_of(request),
-                    )
-                    messages.success(request, f"Instance {action} recorded.")
-                    return HttpResponseRedirect(self._instance_url(instance.id))
+                    if "_confirm" in request.POST:
+                        CONTROLS[action](
+                            identity=identity,
+                            instance_id=instance.id,
+                            command=command,
+                            request_id=request_id_of(request),
+                        )
+                        messages.success(request, f"Instance {action} recorded.")
+                        return HttpResponseRedirect(self._instance_url(instance.id))
+                    preview = {
+                        "effect": control_effect(action, instance),
+                        "consequences": control_consequences(
+                            control=CONTROLS[action], identity=identity, instance_id=instance.id, command=command
+                        ),
+                    }
+                    form = hidden_copy(form)
                 except WeaveError as error:
-                    attach_error(form, error)
+                    seen = form.cleaned_data["expected_control_revision"]
+                    refusal_attach(
+                        form, error, instance=instance, user=request.user, seen=seen, field="control_revision"
+                    )
         else:
+            seen = request.GET.get("control_revision") or instance.control_revision
             form = ControlForm(
-                initial={"expected_control_revision": request.GET.get("control_revision") or instance.control_revision}
+                initial={"expected_control_revision": seen} | _last_decision(instance, identity_of_user(request.user))
             )
-        return self._simple_form(request, instance, form, title=f"{action.capitalize()} instance")
+        title = f"{action.capitalize()} instance"
+        return self._simple_form(request, instance, form, title=title, preview=preview, confirm=f"Confirm {action}")
 
     def signal_view(self, request, object_id):
+        """Send a signal, its target filled in from the step's open wait (a choice when several are open) or
+        the definition, its contract shown, previewed (which wait takes it, or that it is buffered) and then
+        confirmed."""
         identity = operator_identity(request, "signal")
         instance = self.visible_instance(request, object_id)
+        targets = signal_targets(instance)
+        preview = None
         if request.method == "POST":
             form = SignalForm(request.POST)
+            step_key = request.POST.get("target_step_key", "")
             if form.is_valid():
-                command = {k: v for k, v in form.cleaned_data.items() if k != "idempotency_key" and v != ""}
+                # A blank correlation key is one (a blank business key); a blank evidence reference is none.
+                data = form.cleaned_data
+                command = {k: v for k, v in data.items() if k != "idempotency_key" and (v != "" or k != "evidence_ref")}
                 try:
-                    signal_accept(
-                        identity=identity,
-                        instance_id=instance.id,
-                        command=command,
-                        idempotency_key=form.cleaned_data["idempotency_key"],
-                        request_id=request_id_of(request),
+                    if "_confirm" in request.POST:
+                        signal_accept(
+                            identity=identity,
+                            instance_id=instance.id,
+                            command=command,
+                            idempotency_key=data["idempotency_key"],
+                            request_id=request_id_of(request),
+                        )
+                        messages.success(request, "Signal accepted; the background matches it to its wait.")
+                        return HttpResponseRedirect(self._instance_url(instance.id))
+                    disposition, consequences = signal_consequences(
+                        identity=identity, instance_id=instance.id, command=command
                     )
-                    messages.success(request, "Signal accepted; the background matches it to its wait.")
-                    return HttpResponseRedirect(self._instance_url(instance.id))
+                    preview = {"effect": signal_outcome(disposition, instance, step_key), "consequences": consequences}
+                    form = hidden_copy(form)
                 except WeaveError as error:
                     attach_error(form, error)
         else:
-            form = SignalForm(initial={"idempotency_key": fresh_key()})
-        return self._simple_form(request, instance, form, title="Send signal")
+            target = signal_target_chosen(targets, request.GET)
+            step_key = target.step_key if target else ""
+            carried = _last_decision(instance, identity_of_user(request.user))
+            form = SignalForm(
+                initial={"idempotency_key": fresh_key(), **(target.initial() if target else {}), **carried}
+            )
+        return self._simple_form(
+            request,
+            instance,
+            form,
+            title="Send signal",
+            preview=preview,
+            confirm="Confirm the signal",
+            targets=targets if len(targets) > 1 else [],
+            target_step_key=step_key,
+            contract=step_contract(instance, step_key) if step_key else None,
+        )
 
-    def _simple_form(self, request, instance, form, *, title):
+    def _simple_form(self, request, instance, form, *, title, preview, confirm, **extra):
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
-            "title": f"{title} — instance {instance.id}",
+            "title": f"{title} — {instance_name(instance)}",
             "instance": instance,
             "form": form,
+            "preview": preview,
+            "confirm": confirm,
+            "prefilled_from": form.initial.get("prefilled_from"),
             "instance_url": self._instance_url(instance.id),
+            **extra,
         }
         return TemplateResponse(request, "admin/console/simple_form.html", context)

@@ -9,18 +9,21 @@ from types import SimpleNamespace
 
 from django import forms
 from django.contrib import messages
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db.models import OuterRef, Subquery
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect
 
+from console.admins.base import PERMISSIONS as OPERATOR_PERMISSIONS
 from console.audit import actor_names
 from console.forms import fresh_key
 from core import limits
 from core.errors import InvalidArgument, WeaveError
-from core.identity import identity_of_user
+from core.identity import Identity, identity_of_user, queue_set
 from core.request_id import request_id_of
 from history.annotations import note_add, review_acknowledge, review_assign
 from history.models import InstanceState, Note, Operator, ReviewAttention, WorkflowInstance
+from history.selectors.access import definition_visible
 from history.selectors.annotations import instance_notes, note_counts, review_attention_of
 
 ACTIONS = ("acknowledge", "assign", "note")
@@ -63,10 +66,33 @@ def may_annotate(user) -> bool:
     return any(user.has_perm(permission) for permission in PERMISSIONS)
 
 
-def _operators(namespace_id: str) -> list[tuple[str, str]]:
-    """(actor id, login name) of the namespace's operators, by name."""
-    rows = Operator.objects.filter(namespace_id=namespace_id).select_related("user").order_by("user__username")
-    return [(row.actor_id, row.user.username) for row in rows]
+def _assignable(instance: WorkflowInstance) -> list[tuple[str, str]]:
+    """(actor id, login name), by name, of the logins that could recover the instance: active staff holding the
+    recover permission, acting as an operator of its namespace whose queues cover its definition's (as for any
+    caller, ``definition_visible``). Viewers and auditors are not among them. One query."""
+    recoverers = get_user_model().objects.with_perm(
+        OPERATOR_PERMISSIONS["recover"], backend="django.contrib.auth.backends.ModelBackend"
+    )
+    rows = (
+        Operator.objects.filter(namespace_id=instance.namespace_id, user__in=recoverers.filter(is_staff=True))
+        .select_related("user")
+        .order_by("user__username")
+    )
+    return [
+        (row.actor_id, row.user.username)
+        for row in rows
+        if definition_visible(identity=_queues_of(row), definition=instance.definition)
+    ]
+
+
+def _queues_of(operator: Operator) -> Identity:
+    """The operator's reach over queues, as the identity it acts under has it (no scopes: only queues are asked)."""
+    return Identity(
+        namespace_id=operator.namespace_id,
+        actor_id=operator.actor_id,
+        scopes=frozenset(),
+        queues=queue_set(operator.queue_access),
+    )
 
 
 def attention_context(request, instance: WorkflowInstance) -> dict:
@@ -103,8 +129,7 @@ def attention_context(request, instance: WorkflowInstance) -> dict:
         context["note_form"] = NoteForm(initial={"idempotency_key": fresh_key()}, notes=notes)
         if in_review:
             chosen = attention.assignee if attention else ""
-            operators = _operators(instance.namespace_id)
-            context["assign_form"] = AssignForm(initial={"assignee": chosen}, operators=operators)
+            context["assign_form"] = AssignForm(initial={"assignee": chosen}, operators=_assignable(instance))
     return context
 
 
@@ -125,7 +150,8 @@ def attention_post(request, instance: WorkflowInstance, action: str, *, back: st
                 request, "The review was already acknowledged: nothing changed." if already else "Review acknowledged."
             )
         elif action == "assign":
-            form = AssignForm(request.POST, operators=_operators(instance.namespace_id))
+            # Only a login that could recover the instance is a choice: any other is refused naming the field.
+            form = AssignForm(request.POST, operators=_assignable(instance))
             _valid(form)
             assignee = form.cleaned_data["assignee"]
             review_assign(identity=identity, instance_id=instance.id, assignee=assignee, request_id=request_id)

@@ -2,18 +2,49 @@
 
 Every form carries, as hidden fields, the revisions of the page the operator looked at and a
 fresh idempotency key: a background change in between is refused by the service (ABORTED),
-and a double submit replays the first receipt instead of acting twice.
+and a double submit replays the first receipt instead of acting twice. A form checks every field it can
+by the API's own rules before the service is called, so the operator sees all of its field errors at once.
 """
+
+from collections.abc import Callable
 
 from django import forms
 
-from core.errors import WeaveError
+from core import fields as field_rules
+from core.errors import InvalidArgument, WeaveError
 from core.fields import json_form_value
 from core.ids import new_id
+from history.idempotency import key_check
+from history.models import StepKind
+from recovery.commands import ExactResult
+from recovery.contracts import result_contract_check
 from recovery.pipeline import Operation
 
 
-class CommonFields(forms.Form):
+def _by_rule(check: Callable[[], object]):
+    """A field's value as the API's rule ``check`` reads it: the words the service would refuse it with, as
+    this field's error."""
+    try:
+        return check()
+    except InvalidArgument as error:
+        raise forms.ValidationError(error.message) from None
+
+
+class ApiRules:
+    """A form's reason, evidence reference (when given) and idempotency key, judged by the API's rules."""
+
+    def clean_reason(self):
+        return _by_rule(lambda: field_rules.reason("reason", self.cleaned_data["reason"]))
+
+    def clean_evidence_ref(self):
+        value = self.cleaned_data["evidence_ref"]
+        return value and _by_rule(lambda: field_rules.token("evidence_ref", value))
+
+    def clean_idempotency_key(self):
+        return _by_rule(lambda: key_check(self.cleaned_data["idempotency_key"]))
+
+
+class CommonFields(ApiRules, forms.Form):
     """Reason, evidence and the declaration every recovery form asks for."""
 
     reason = forms.CharField(
@@ -44,6 +75,9 @@ class TaskFields(CommonFields):
 
 
 class ConclusionFields(forms.Form):
+    # The instance's definition, when the form judges a step's result against the step's contract.
+    definition = None
+
     conclusion = forms.ChoiceField(choices=[("SUCCEEDED", "SUCCEEDED"), ("FAILED", "FAILED")])
     result = forms.CharField(
         strip=False,
@@ -61,6 +95,20 @@ class ConclusionFields(forms.Form):
         except ValueError as exc:
             raise forms.ValidationError(f"not valid JSON: {exc}") from None
 
+    def clean(self):
+        """A SUCCEEDED result of a step judged against the step's contract, beside the other fields' errors."""
+        data = super().clean()
+        step = self.definition.step_spec(data["step_key"]) if self.definition and "step_key" in data else None
+        if step is None or step["kind"] == StepKind.TIMER or data.get("conclusion") != "SUCCEEDED":
+            return data
+        if "result" in data:
+            try:
+                text = field_rules.json_text("result", data["result"])
+                result_contract_check(spec=step, result=ExactResult(text=text, value=data["result"]))
+            except InvalidArgument as error:
+                self.add_error("result", error.message)
+        return data
+
 
 _TARGET_FIELDS = {"task": TaskFields, "step": StepFields, "instance": CommonFields}
 
@@ -71,8 +119,9 @@ def recovery_form_class(operation: Operation) -> type[forms.Form]:
     if operation.with_conclusion:
         bases = (*bases, ConclusionFields)
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, definition=None, **kwargs):
         super(form_class, self).__init__(*args, **kwargs)
+        self.definition = definition
         # self.fields are this form's own copies: the shared class fields stay untouched.
         declaration_label(self.fields["declaration"], operation)
         # The first field the operator fills takes the focus: no tabbing through the admin's navigation.
@@ -117,12 +166,12 @@ def hidden_copy(form: forms.Form) -> forms.Form:
     return form
 
 
-class ControlForm(forms.Form):
+class ControlForm(ApiRules, forms.Form):
     reason = forms.CharField(max_length=1024, widget=forms.Textarea(attrs={"rows": 2, "cols": 80}))
     expected_control_revision = forms.CharField(widget=forms.HiddenInput)
 
 
-class SignalForm(forms.Form):
+class SignalForm(ApiRules, forms.Form):
     target_step_key = forms.CharField(max_length=64)
     name = forms.CharField(max_length=128)
     payload_version = forms.CharField(max_length=64)

@@ -1,11 +1,53 @@
-"""Links to the recovery forms, carrying the revisions of the rows the operator was looking at."""
+"""How the console names and links an instance, and links to the recovery forms, carrying the revisions of the
+rows the operator was looking at."""
 
 from urllib.parse import urlencode
 
 from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from history.models import Step, Task, WorkflowInstance
 from recovery.operations import OPERATIONS
+
+# How many hex digits of an id stand for it where a name leads (the whole id on hover and in the copy).
+SHORT_ID = 8
+
+
+def _lead(instance: WorkflowInstance) -> str:
+    definition = f"{instance.definition.name} v{instance.definition.version}"
+    return f"{instance.business_key} · {definition}" if instance.business_key else definition
+
+
+def instance_name(instance: WorkflowInstance) -> str:
+    """How the console names an instance, in text (titles, exports): its business key and definition
+    ("refund-77 · payments v3"); without a business key, its definition and the start of its id. The caller
+    reads the instance with its definition (``select_related("definition")``)."""
+    if instance.business_key:
+        return _lead(instance)
+    return f"{_lead(instance)} · {instance.id[:SHORT_ID]}"
+
+
+def copy_button(value: str, what: str) -> SafeString:
+    """A small button copying ``value`` (console/static/console/copy.js handles every ``data-copy``)."""
+    return format_html(
+        '<button type="button" class="weave-link-button" data-copy="{}" aria-label="Copy the {}">copy</button>',
+        value,
+        what,
+    )
+
+
+def instance_label(instance: WorkflowInstance) -> SafeString:
+    """The instance's name linked to its page, then its id: short, whole on hover, with a copy button."""
+    url = reverse("admin:history_workflowinstance_change", args=[instance.id])
+    return format_html(
+        '<a href="{}" data-instance-name>{}</a> <code class="weave-muted" title="{}">{}…</code> {}',
+        url,
+        _lead(instance),
+        instance.id,
+        instance.id[:SHORT_ID],
+        copy_button(instance.id, "instance id"),
+    )
 
 
 def operation_link(

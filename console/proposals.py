@@ -1,17 +1,24 @@
-"""Proposals in the console (four eyes): those waiting on an instance and on the queue, and the page where a
-second person reads one — its command, the preview it was proposed with, what it would do now — and
-approves or rejects it. Every decision goes through ``recovery.proposals``, which decides everything.
+"""Proposals in the console (four eyes): those waiting on an instance and on the queue, the operator's own with
+their outcome, and the page where a second person reads one — its command, the preview it was proposed with,
+what it would do now — and approves or rejects it. Every decision goes through ``recovery.proposals``, which
+decides everything.
 """
 
+import datetime as dt
 from types import SimpleNamespace
 
 from django import forms
 from django.contrib import messages
 from django.http import Http404
 from django.urls import reverse
+from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.html import format_html
 
 from console.audit import actor_names
-from console.forms import attach_error, fresh_key, preview_rows
+from console.forms import fresh_key, preview_rows
+from console.links import instance_label, instance_name
+from console.refusals import refusal_attach
 from core import clock, exactjson, limits
 from core.errors import Aborted, WeaveError
 from core.identity import Identity, identity_of_user
@@ -24,6 +31,9 @@ from recovery.proposals import proposal_approve, proposal_reject
 
 # The queue lists the proposals waiting longest first, up to this many.
 QUEUE_SHOWN = 25
+# "My proposals" on the home page: the operator's own of the last days, newest first, up to this many.
+MINE_DAYS = 7
+MINE_SHOWN = 10
 
 
 class DecisionForm(forms.Form):
@@ -41,34 +51,74 @@ def _pending(queryset):
     return queryset.filter(state=ProposalState.PENDING, expires_at__gt=clock.now())
 
 
-def _described(proposals: list[Proposal], instance_revisions: dict[str, int]) -> list[SimpleNamespace]:
-    """Each proposal with its operation's title, its proposer's login and whether the instance moved since."""
-    names = actor_names(SimpleNamespace(namespace_id=p.namespace_id, actor_id=p.proposed_by) for p in proposals)
-    return [
-        SimpleNamespace(
-            proposal=p,
-            title=OPERATIONS[p.operation].title,
-            proposer=names.get((p.namespace_id, p.proposed_by), p.proposed_by),
-            stale=instance_revisions.get(p.workflow_id, p.expected_revision) != p.expected_revision,
-            url=reverse("admin:history_workflowinstance_proposal", args=[p.workflow_id, p.id]),
+def local_time(moment: dt.datetime) -> str:
+    """A time as the console shows it in text (a message): in the viewer's zone, by Django's date format."""
+    return date_format(timezone.localtime(moment), "DATETIME_FORMAT")
+
+
+def _outcome(proposal: Proposal, now: dt.datetime) -> str:
+    """The proposal's state, EXPIRED once its expiry has passed even before the background closes it so."""
+    if proposal.state == ProposalState.PENDING and proposal.expires_at <= now:
+        return ProposalState.EXPIRED
+    return proposal.state
+
+
+def _described(proposals: list[Proposal], instances: dict[str, WorkflowInstance]) -> list[SimpleNamespace]:
+    """Each proposal with its operation's title, its instance and that instance's name (text and linked), its
+    proposer's and decider's logins, its outcome, and whether the instance moved since."""
+    actors = [(p.namespace_id, actor) for p in proposals for actor in (p.proposed_by, p.decided_by) if actor]
+    names = actor_names(SimpleNamespace(namespace_id=ns, actor_id=actor) for ns, actor in actors)
+    now = clock.now()
+    described = []
+    for p in proposals:
+        instance = instances.get(p.workflow_id)
+        described.append(
+            SimpleNamespace(
+                proposal=p,
+                title=OPERATIONS[p.operation].title,
+                instance=instance,
+                instance_name=instance_name(instance) if instance is not None else p.workflow_id,
+                instance_label=instance_label(instance) if instance is not None else p.workflow_id,
+                proposer=names.get((p.namespace_id, p.proposed_by), p.proposed_by),
+                decider=names.get((p.namespace_id, p.decided_by), p.decided_by),
+                outcome=_outcome(p, now),
+                stale=instance is not None and instance.revision != p.expected_revision,
+                url=reverse("admin:history_workflowinstance_proposal", args=[p.workflow_id, p.id]),
+            )
         )
-        for p in proposals
-    ]
+    return described
+
+
+def _with_instances(proposals: list[Proposal]) -> list[SimpleNamespace]:
+    """``_described`` with the proposals' instances and their definitions read in one query."""
+    instances = WorkflowInstance.objects.filter(pk__in={p.workflow_id for p in proposals}).select_related("definition")
+    return _described(proposals, {instance.id: instance for instance in instances})
 
 
 def instance_proposals(instance: WorkflowInstance) -> list[SimpleNamespace]:
     """The instance's proposals still waiting for a second person, oldest first."""
     proposals = list(_pending(Proposal.objects.filter(workflow_id=instance.id)).order_by("created_at"))
-    return _described(proposals, {instance.id: instance.revision})
+    return _described(proposals, {instance.id: instance})
 
 
 def queue_proposals(identity: Identity) -> list[SimpleNamespace]:
     """The proposals of every instance the operator may see that wait for a second person, oldest first."""
-    proposals = list(_pending(visible_rows(Proposal.objects.all(), identity)).order_by("created_at")[:QUEUE_SHOWN])
-    revisions = dict(
-        WorkflowInstance.objects.filter(pk__in={p.workflow_id for p in proposals}).values_list("id", "revision")
-    )
-    return _described(proposals, revisions)
+    proposals = _pending(visible_rows(Proposal.objects.all(), identity)).order_by("created_at", "id")
+    return _with_instances(list(proposals[:QUEUE_SHOWN]))
+
+
+def my_proposals(identity: Identity) -> list[SimpleNamespace]:
+    """The operator's own proposals of the last MINE_DAYS days, newest first, each with its outcome."""
+    since = clock.now() - dt.timedelta(days=MINE_DAYS)
+    own = visible_rows(Proposal.objects.filter(proposed_by=identity.actor_id, created_at__gte=since), identity)
+    return _with_instances(list(own.order_by("-created_at", "-id")[:MINE_SHOWN]))
+
+
+def next_proposal(identity: Identity) -> SimpleNamespace | None:
+    """The proposal waiting longest that this operator may decide: visible to them and not their own."""
+    waiting = _pending(visible_rows(Proposal.objects.exclude(proposed_by=identity.actor_id), identity))
+    first = waiting.order_by("created_at", "id").first()
+    return _with_instances([first])[0] if first is not None else None
 
 
 def proposal_of(instance: WorkflowInstance, proposal_id: str) -> Proposal:
@@ -91,7 +141,7 @@ def proposal_page(request, instance: WorkflowInstance, proposal: Proposal) -> di
         except WeaveError as error:
             now_refused = f"{error.code}: {error.message}"
     return {
-        "proposal": _described([proposal], {instance.id: instance.revision})[0],
+        "proposal": _described([proposal], {instance.id: instance})[0],
         "command": sorted((name, exactjson.dumps(value)) for name, value in command.items()),
         "preview": preview_rows(proposal.preview),
         "consequences": consequences,
@@ -103,15 +153,16 @@ def proposal_page(request, instance: WorkflowInstance, proposal: Proposal) -> di
 
 def proposal_decide(request, instance: WorkflowInstance, proposal: Proposal) -> DecisionForm | None:
     """Approve or reject (the submit button's name says which); None once done (a message says what happened),
-    else the form with the refusal on it."""
+    else the form with the refusal on it. The message links the next proposal this person may decide, if any."""
     form = DecisionForm(request.POST)
     if not form.is_valid():
         return form
+    identity = identity_of_user(request.user)
     approve = "_approve" in request.POST
     command = {"reason": form.cleaned_data["reason"]} if form.cleaned_data["reason"] or not approve else {}
     try:
         receipt = (proposal_approve if approve else proposal_reject)(
-            identity=identity_of_user(request.user),
+            identity=identity,
             instance_id=instance.id,
             proposal_id=proposal.id,
             idempotency_key=form.cleaned_data["idempotency_key"],
@@ -121,14 +172,21 @@ def proposal_decide(request, instance: WorkflowInstance, proposal: Proposal) -> 
     except WeaveError as error:
         if isinstance(error, Aborted):
             error = Aborted(f"{error.message}. Nothing was written; the proposer can submit it again.")
-        attach_error(form, error)
+        refusal_attach(form, error, instance=instance, user=request.user, seen=proposal.expected_revision)
         return form
     title = OPERATIONS[proposal.operation].title
     if approve:
-        messages.success(
-            request,
-            f"{title} approved and applied: instance {receipt.data['state']}, revision {receipt.data['revision']}.",
-        )
+        done = f"{title} approved and applied: instance {receipt.data['state']}, revision {receipt.data['revision']}."
     else:
-        messages.success(request, f"{title} rejected: nothing was run.")
+        done = f"{title} rejected: nothing was run."
+    following = next_proposal(identity)
+    if following is not None:
+        done = format_html(
+            '{} Next proposal: <a href="{}" id="next-proposal">{} — {}</a>',
+            done,
+            following.url,
+            following.title,
+            following.instance_name,
+        )
+    messages.success(request, done)
     return None

@@ -9,12 +9,13 @@ overdue first, then the oldest reviews. Each row's next operation is the first o
 import datetime as dt
 from dataclasses import dataclass
 
-from django.db.models import Q
+from django.db.models import Count, Max, Q, Sum
 from django.urls import reverse
 from django.utils.http import urlencode
+from django.utils.safestring import SafeString
 
 from console.attention import queue_attention
-from console.links import next_operation
+from console.links import instance_label, next_operation
 from core import clock
 from core.identity import identity_of_user
 from history.models import InstanceState, ReviewCause, Step, Task, TaskState, WorkflowDefinition, WorkflowInstance
@@ -39,12 +40,18 @@ class QueueRow:
     assignee: str = ""
     notes: int = 0
 
+    @property
+    def label(self) -> SafeString:
+        return instance_label(self.instance)
+
 
 def review_queue(request) -> dict | None:
     """The queue's counts, filters and oldest rows for this user, or None for a user without an identity."""
-    identity = identity_of_user(request.user)
-    if identity is None or not request.user.has_perm("history.view_workflowinstance"):
+    identity = _queue_identity(request)
+    if identity is None:
         return None
+    # Read before the rows: a change made while they are read shows as a newer version, never as none.
+    version = queue_version(identity)
     chosen = {name: request.GET.get(name, "").strip() for name in FILTERS}
     rows = visible_rows(WorkflowInstance.objects.filter(state=InstanceState.NEEDS_REVIEW), identity)
     error = None
@@ -84,10 +91,36 @@ def review_queue(request) -> dict | None:
         "rows": rows,
         "more": len(oldest) > ROWS,
         "rows_cap": ROWS,
+        "version": version,
         "changelist": reverse("admin:history_workflowinstance_changelist")
         + "?"
         + urlencode({"state__exact": "NEEDS_REVIEW"}),
     }
+
+
+def _queue_identity(request):
+    """Who the queue is read as: the user's identity, when the user may see instances."""
+    identity = identity_of_user(request.user)
+    if identity is None or not request.user.has_perm("history.view_workflowinstance"):
+        return None
+    return identity
+
+
+def queue_version(identity) -> str:
+    """What the home page compares to know its queue changed: how many instances in review it may see, their
+    revisions summed (every change bumps one) and the latest change, and the minute (the ages it shows)."""
+    rows = visible_rows(WorkflowInstance.objects.filter(state=InstanceState.NEEDS_REVIEW), identity)
+    seen = rows.aggregate(count=Count("id"), revisions=Sum("revision"), latest=Max("updated_at"))
+    latest = seen["latest"].timestamp() if seen["latest"] else 0
+    return f"{seen['count']}.{seen['revisions'] or 0}.{latest}.{int(clock.now().timestamp() // 60)}"
+
+
+def queue_status(request) -> dict:
+    """What the home page polls to refresh its queue: small, no page; nothing to follow without a queue."""
+    identity = _queue_identity(request)
+    if identity is None:
+        return {"version": "", "moving": False}
+    return {"version": queue_version(identity), "moving": True}
 
 
 def _past_sla(rows, identity) -> tuple[list[WorkflowInstance], int]:

@@ -2,13 +2,14 @@
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseNotAllowed, JsonResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path
 
 from console.background import background_box
-from console.proposals import queue_proposals
-from console.queue import review_queue
+from console.proposals import MINE_DAYS, my_proposals, queue_proposals
+from console.queue import queue_status, review_queue
 from console.saved_views import SavedViewForm, delete_view, kept_query, save_view, view_url, views_of
 from console.zone import PreferencesForm
 from core.identity import identity_of_user
@@ -82,10 +83,17 @@ class ConsoleSite(admin.AdminSite):
     def get_urls(self):
         return [
             path("preferences/", self.admin_view(self.preferences_view), name="preferences"),
+            path("queue/status/", self.admin_view(self.queue_status_view), name="queue_status"),
             path("views/save/", self.admin_view(save_view), name="saved_view_save"),
             path("views/<int:pk>/delete/", self.admin_view(delete_view), name="saved_view_delete"),
             *super().get_urls(),
         ]
+
+    def queue_status_view(self, request):
+        """What the home page polls to refresh its queue's counts and rows (GET only; whoever sees the home)."""
+        if request.method != "GET":
+            return HttpResponseNotAllowed(["GET"])
+        return JsonResponse(queue_status(request))
 
     def preferences_view(self, request):
         """The operator's own settings: the zone the console shows times in."""
@@ -107,6 +115,8 @@ class ConsoleSite(admin.AdminSite):
             "queue": review_queue(request),
             "background": background_box(request),
             "proposals": queue_proposals(identity) if identity is not None else [],
+            "my_proposals": my_proposals(identity) if identity is not None else [],
+            "my_proposals_days": MINE_DAYS,
             "saved_views": [(view, view_url(view)) for view in views_of(request.user)],
             "save_form": SavedViewForm(user=request.user),
             "current_query": kept_query(request.GET),

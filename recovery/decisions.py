@@ -11,10 +11,16 @@ possible because the runner has not yet taken in the last one, the decision wait
 (``pass_decisions``, registered with the runner's passes by ``recovery.apps``). A refused step ends the chain,
 naming the operation and the rule; a step held for a second person's approval ends it as HELD.
 
+Under a four-eyes policy that covers any operation of its chain, a decision is stored PROPOSED and nothing runs:
+a second person approves it (``decision_approve``: the instance must still be at the revision it was made on; its
+steps then run unheld, each audited with the approval) or rejects it (``decision_reject``; its maker may withdraw
+it); a runner pass expires it at ``expires_at``.
+
 A driver holds the decision by a lease, so the request that made it and the runner never drive it at once; a
 driver killed between a step's commit and its record finds the step's receipt under its key and records it.
 """
 
+import contextlib
 import datetime as dt
 import logging
 from collections.abc import Mapping
@@ -22,13 +28,15 @@ from dataclasses import dataclass
 
 from core import clock, exactjson
 from core import fields as field_rules
-from core.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound, WeaveError
+from core.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, WeaveError
 from core.identity import Identity, queue_set
 from core.logs import log_context
 from core.times import format_time
 from history import idempotency
+from history.audits import audit_write
+from history.events import acting_for
 from history.idempotency import receipt_freeze, receipt_replay
-from history.locking import LockSet, atomic_with_retry
+from history.locking import Level, LockSet, atomic_with_retry
 from history.models import (
     Decision,
     DecisionState,
@@ -43,16 +51,19 @@ from history.models import (
     WorkflowInstance,
     WorkflowOperation,
 )
+from history.proposals import approvals_required, proposal_expiry
 from history.selectors.access import instance_get_readable
 from recovery.commands import CONCLUSIONS, instance_id_check
 from recovery.context import context_open
 from recovery.eligibility import instance_eligibility
 from recovery.operations import OPERATIONS
-from recovery.pipeline import PROPOSED, key_held, key_retried
+from recovery.pipeline import PROPOSED, approved_decision, key_held, key_retried
 
 log = logging.getLogger("weave.decisions")
 
 DECIDE = "decide"
+APPROVE = "decision.approve"
+REJECT = "decision.reject"
 LEASE = dt.timedelta(seconds=60)
 BATCH = 50
 # A chain is a few operations; a decision that would run more has met a loop, not a recovery.
@@ -163,14 +174,16 @@ def decision_make(*, identity: Identity, instance_id: str, idempotency_key: str,
         )
         if replay is not None:
             return replay
-        # A view the instance has left is refused first, naming what moved it (a second tab, a colleague).
-        instance = instance_get_readable(identity=identity, instance_id=instance_id)
-        if instance.revision != parsed.expected_revision:
-            raise Aborted(_moved(instance, parsed.expected_revision))
-        context_open(identity=identity, instance_id=instance_id, locks=None)
-        if not Step.objects.filter(instance_id=instance_id, key=parsed.step_key).exists():
-            raise NotFound(f"step_key: the instance has no step {parsed.step_key!r}", field="step_key")
+        instance = decision_subject(identity=identity, instance_id=instance_id, parsed=parsed)
+        ctx = context_open(identity=identity, instance_id=instance_id, locks=None)
+        # Four eyes cover the whole chain: any of its operations under a policy holds the decision back.
+        held = any(
+            approvals_required(namespace_id=identity.namespace_id, definition_name=ctx.definition.name, operation=name)
+            for name in parsed.kind.operations
+        )
         decision = Decision.objects.create(
+            state=DecisionState.PROPOSED if held else DecisionState.RUNNING,
+            expires_at=proposal_expiry(ctx.now) if held else None,
             namespace_id=identity.namespace_id,
             workflow_id=instance_id,
             kind=parsed.kind.name,
@@ -183,6 +196,8 @@ def decision_make(*, identity: Identity, instance_id: str, idempotency_key: str,
             credential_id=identity.credential_id or "",
             request_id=request_id,
         )
+        if held:
+            _audit(decision, instance, identity, "workflow.decision_proposed", reason=parsed.reason, before=None)
         return receipt_freeze(row=row, data={"decision_id": decision.id}, status=201)
 
     with log_context(namespace=identity.namespace_id, instance=instance_id):
@@ -190,6 +205,121 @@ def decision_make(*, identity: Identity, instance_id: str, idempotency_key: str,
         decision_id = receipt.data["decision_id"]
         decision_drive(decision_id)
     return Decision.objects.get(pk=decision_id), receipt
+
+
+def decision_subject(*, identity: Identity, instance_id: str, parsed: DecisionCommand) -> WorkflowInstance:
+    """The instance a decision is about, as the operator saw it: a view the instance has left is refused first,
+    naming what moved it (a second tab, a colleague); a step it does not have is NOT_FOUND."""
+    instance = instance_get_readable(identity=identity, instance_id=instance_id)
+    if instance.revision != parsed.expected_revision:
+        raise Aborted(_moved(instance, parsed.expected_revision))
+    if not Step.objects.filter(instance_id=instance_id, key=parsed.step_key).exists():
+        raise NotFound(f"step_key: the instance has no step {parsed.step_key!r}", field="step_key")
+    return instance
+
+
+def decision_approve(
+    *, identity: Identity, instance_id: str, decision_id: str, idempotency_key: str, command: object, request_id=""
+):
+    """A second person's approval of a PROPOSED decision: its chain runs now, each step unheld and audited with
+    the approval (not by its maker; the instance must not have moved since it was made); the decision."""
+    return _answer(APPROVE, identity, instance_id, decision_id, idempotency_key, command, request_id)
+
+
+def decision_reject(
+    *, identity: Identity, instance_id: str, decision_id: str, idempotency_key: str, command: object, request_id=""
+):
+    """Close a PROPOSED decision unrun, with a reason (its maker may withdraw it so); the decision."""
+    return _answer(REJECT, identity, instance_id, decision_id, idempotency_key, command, request_id)
+
+
+def _answer(action: str, identity: Identity, instance_id: str, decision_id: str, key: str, command, request_id: str):
+    identity.require_scope(Scope.RECOVER)
+    instance_id_check(instance_id)
+    field_rules.identifier("decision_id", decision_id)
+    idempotency.key_check(key)
+    given = field_rules.command_object(command, allowed=("reason",))
+    note = ""
+    if "reason" in given or action == REJECT:
+        note = field_rules.reason("reason", field_rules.required(given, "reason"))
+    fingerprint = idempotency.fingerprint(operation=action, target=decision_id, command=given)
+
+    def commit():
+        locks = LockSet()
+        row, replay = key_held(
+            locks=locks, identity=identity, key=key, fingerprint=fingerprint, operation=action, instance_id=instance_id
+        )
+        if replay is not None:
+            return replay
+        instance_get_readable(identity=identity, instance_id=instance_id)
+        # The decision is locked in the proposal's place of the fixed order: after the key, before the instance.
+        decision = Decision.objects.select_for_update().filter(pk=decision_id, workflow_id=instance_id).first()
+        if decision is None:
+            raise NotFound("decision_id: no such decision of this workflow", field="decision_id")
+        if decision.state != DecisionState.PROPOSED:
+            raise FailedPrecondition(f"the decision is {decision.state}: {_answered(decision)}")
+        now = clock.now()
+        if decision.expires_at <= now:
+            raise FailedPrecondition(f"the decision expired at {format_time(decision.expires_at)}; decide again")
+        instance = locks.lock_one(Level.INSTANCE, instance_id)
+        if action == APPROVE:
+            if decision.actor_id == identity.actor_id:
+                raise PermissionDenied("a decision under four eyes needs a second person: its maker cannot approve it")
+            seen = decision_command_parse(exactjson.loads(decision.command)).expected_revision
+            if instance.revision != seen:
+                raise Aborted(_moved(instance, seen, since="it was made", then="nothing ran; decide again"))
+        before = _snapshot(decision)
+        decision.state = DecisionState.RUNNING if action == APPROVE else DecisionState.REJECTED
+        outcome = "APPROVED" if action == APPROVE else "REJECTED"
+        decision.approval = {"outcome": outcome, "by": identity.actor_id, "at": format_time(now), "note": note}
+        decision.updated_at = now
+        decision.save(update_fields=["state", "approval", "updated_at"])
+        _audit(decision, instance, identity, f"workflow.decision_{outcome.lower()}", reason=note, before=before)
+        return receipt_freeze(row=row, data={"decision_id": decision.id})
+
+    with log_context(namespace=identity.namespace_id, instance=instance_id):
+        receipt = key_retried(commit)
+        if action == APPROVE:
+            decision_drive(decision_id)
+    return Decision.objects.get(pk=decision_id), receipt
+
+
+def _answered(decision: Decision) -> str:
+    """Who already answered a decision that is no longer waiting, and when; or that it never waited."""
+    if decision.approval:
+        answer = decision.approval
+        return f"{answer['outcome'].lower()} by {answer['by']} at {answer['at']}"
+    if decision.state == DecisionState.EXPIRED:
+        return f"nobody approved it before {format_time(decision.expires_at)}"
+    return "it was never held for approval"
+
+
+def _snapshot(decision: Decision) -> dict:
+    return {
+        "id": decision.id,
+        "kind": decision.kind,
+        "state": decision.state,
+        "made_by": decision.actor_id,
+        "expires_at": format_time(decision.expires_at) if decision.expires_at else None,
+        "approval": decision.approval,
+    }
+
+
+def _audit(decision: Decision, instance, identity: Identity, action: str, *, reason: str, before) -> None:
+    with acting_for(identity):
+        audit_write(
+            model=WorkflowOperation,
+            namespace_id=decision.namespace_id,
+            actor_id=identity.actor_id,
+            action=action,
+            reason=reason,
+            evidence_ref=decision.evidence_ref if action == "workflow.decision_proposed" else "",
+            request_id=decision.request_id,
+            before=None if before is None else {"decision": before},
+            after={"decision": _snapshot(decision)},
+            now=decision.updated_at,
+            workflow=instance,
+        )
 
 
 def decision_get(*, identity: Identity, instance_id: str, decision_id: str) -> Decision:
@@ -203,18 +333,18 @@ def decision_get(*, identity: Identity, instance_id: str, decision_id: str) -> D
     return decision
 
 
-def _moved(instance: WorkflowInstance, seen: int) -> str:
-    """Why a decision made on an older view is refused: what moved the instance since, by whom and when."""
-    message = f"the instance moved since you looked: revision {seen} → {instance.revision}"
+def _moved(instance: WorkflowInstance, seen: int, *, since="you looked", then="look again before you decide") -> str:
+    """Why a decision on an older view is refused: what moved the instance since, by whom and when."""
+    message = f"the instance moved since {since}: revision {seen} → {instance.revision}"
     last = WorkflowOperation.objects.filter(workflow_id=instance.id).order_by("-created_at", "-id").first()
     if last is not None:
         message += f"; the last operation was {last.action} by {last.actor_id} at {last.created_at.isoformat()}"
-    return message + "; look again before you decide"
+    return f"{message}; {then}"
 
 
 def decision_drive(decision_id: str) -> bool:
-    """Run the decision's next steps until it ends or waits for the background; False when another driver holds
-    it (or it has ended)."""
+    """Run the decision's next steps until it ends or waits for the background; whether it took a step or ended
+    (False too when another driver holds it, or it is not RUNNING)."""
     decision = _lease(decision_id)
     if decision is None:
         return False
@@ -226,12 +356,16 @@ def decision_drive(decision_id: str) -> bool:
         credential_id=decision.credential_id or None,
     )
     parsed = decision_command_parse(exactjson.loads(decision.command))
+    moved = False
+    approval = decision.approval or {}
+    covered = {"id": decision.id, "made_by": decision.actor_id, "approved_by": approval.get("by")}
     try:
-        while decision.state == DecisionState.RUNNING and _step(decision, identity, parsed):
-            pass
+        with approved_decision(covered) if approval else contextlib.nullcontext():
+            while decision.state == DecisionState.RUNNING and _step(decision, identity, parsed):
+                moved = True
     finally:
         _save(decision, lease_until=None)
-    return True
+    return moved
 
 
 def _lease(decision_id: str) -> Decision | None:
@@ -277,8 +411,8 @@ def _step(decision: Decision, identity: Identity, parsed: DecisionCommand) -> bo
         _refuse(decision, "", FailedPrecondition(f"the decision ran {MAX_STEPS} steps without ending the review"))
         return True
     try:
-        name, command = _next(decision, identity, parsed, instance)
-    except _Waiting as waiting:
+        name, command = decision_next_step(identity, parsed, instance, started=bool(decision.steps))
+    except DecisionWaiting as waiting:
         _save(decision, waiting=str(waiting))
         return False
     except WeaveError as error:
@@ -317,19 +451,21 @@ def _refuse(decision: Decision, name: str, error: WeaveError) -> None:
     log.info("decision %s refused at step %s (%s): %s", decision.id, len(decision.steps) + 1, name, error.message)
 
 
-class _Waiting(Exception):
+class DecisionWaiting(Exception):
     """No step is possible until the background takes in the last one."""
 
 
-def _next(decision: Decision, identity: Identity, parsed: DecisionCommand, instance: WorkflowInstance):
-    """The operation to run now and its command, judged by the operations' own eligibility."""
+def decision_next_step(identity: Identity, parsed: DecisionCommand, instance: WorkflowInstance, *, started: bool):
+    """The operation to run now and its command, judged by the operations' own eligibility (``started``: a step
+    of the decision ran already); FAILED_PRECONDITION when none is possible, ``DecisionWaiting`` while the
+    background has the last step's result to take in."""
     if InboxRecord.objects.filter(instance_id=instance.id, state=InboxState.PENDING).exists():
-        raise _Waiting("the runner takes in the last step's result")
+        raise DecisionWaiting("the runner takes in the last step's result")
     eligibility = instance_eligibility(identity=identity, instance_id=instance.id)
     kind = parsed.kind
     # Continue once the outcome has been applied and it is possible; before, the outcome's own operations.
     order = [n for n in kind.operations if n != "continue"]
-    if decision.steps:
+    if started:
         order.insert(0, "continue")
     refusals = {}
     for name in order:
@@ -338,7 +474,7 @@ def _next(decision: Decision, identity: Identity, parsed: DecisionCommand, insta
         if entry["possible"]:
             return name, _command(name, entry, parsed, instance)
         refusals[name] = entry["reason"]
-    if not decision.steps and "continue" in kind.operations:
+    if not started and "continue" in kind.operations:
         refusals["continue"] = eligibility["continue"].get("reason", "not before the outcome is applied")
     raise FailedPrecondition(
         "no operation of this decision is possible now: "
@@ -371,18 +507,16 @@ def _command(name: str, entry: Mapping, parsed: DecisionCommand, instance: Workf
 
 
 def pass_decisions() -> int:
-    """A runner pass: drive the running decisions no driver holds (those waiting on the background); how many
-    took a step or ended."""
+    """A runner pass: expire the PROPOSED decisions nobody approved in time, and drive the running ones no driver
+    holds (those waiting on the background); how many took a step or ended."""
     now = clock.now()
-    ids = list(
+    expired = Decision.objects.filter(state=DecisionState.PROPOSED, expires_at__lte=now).update(
+        state=DecisionState.EXPIRED, updated_at=now
+    )
+    ids = (
         Decision.objects.filter(state=DecisionState.RUNNING)
         .exclude(lease_until__gt=now)
         .order_by("updated_at")
-        .values_list("id", "steps", "state")[:BATCH]
+        .values_list("id", flat=True)[:BATCH]
     )
-    moved = 0
-    for decision_id, steps, state in ids:
-        if decision_drive(decision_id):
-            after = Decision.objects.values_list("steps", "state").get(pk=decision_id)
-            moved += after != (steps, state)
-    return moved
+    return expired + sum(decision_drive(decision_id) for decision_id in list(ids))

@@ -72,6 +72,21 @@ APPROVE = "proposal.approve"
 _rolled_back = contextvars.ContextVar("weave_rolled_back_preview", default=False)
 
 
+# Set while the steps of a decision a second person approved run: the approval covered the whole chain.
+_approved_decision = contextvars.ContextVar("weave_approved_decision", default=None)
+
+
+@contextlib.contextmanager
+def approved_decision(approval: dict) -> Iterator[None]:
+    """For ``recovery.decisions`` only: run an approved decision's steps unheld, each audited with ``approval``
+    (the decision's id, its proposer and its approver)."""
+    token = _approved_decision.set(approval)
+    try:
+        yield
+    finally:
+        _approved_decision.reset(token)
+
+
 @contextlib.contextmanager
 def rolled_back_preview() -> Iterator[None]:
     """For ``recovery.consequences`` only, whose transaction is always rolled back: commit as if approved."""
@@ -297,8 +312,12 @@ def _commit(*, operation, identity, instance_id, key, fingerprint, command, raw,
     ctx = context_open(identity=identity, instance_id=instance_id, locks=locks)
     ctx.request_id = request_id
     plan = operation.check(ctx, command)
-    if not _rolled_back.get() and approvals_required(
-        namespace_id=ctx.instance.namespace_id, definition_name=ctx.definition.name, operation=operation.name
+    if (
+        not _rolled_back.get()
+        and _approved_decision.get() is None
+        and approvals_required(
+            namespace_id=ctx.instance.namespace_id, definition_name=ctx.definition.name, operation=operation.name
+        )
     ):
         return _propose(ctx, operation, command, raw, plan, row)
     return _apply(ctx, operation, command, plan, row)
@@ -379,7 +398,12 @@ def _apply(ctx: Context, operation: Operation, command, plan: Plan, row, *, prop
             evidence_ref=command.evidence_ref,
             request_id=request_id,
             before={"instance": before, **effect.before},
-            after={"instance": instance_snapshot(instance, gate), **effect.after, **_approved(proposal, identity)},
+            after={
+                "instance": instance_snapshot(instance, gate),
+                **effect.after,
+                **_approved(proposal, identity),
+                **({"decision": approval} if (approval := _approved_decision.get()) else {}),
+            },
             now=ctx.now,
             workflow=instance,
             operation_id=operation_id,

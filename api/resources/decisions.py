@@ -90,6 +90,13 @@ class DecisionRefusal(serializers.Serializer):
     message = serializers.CharField()
 
 
+class DecisionApproval(serializers.Serializer):
+    outcome = serializers.ChoiceField(choices=["APPROVED", "REJECTED"])
+    by = IdField(help_text="the second person (or, for a withdrawal, the maker)")
+    at = TimeField()
+    note = serializers.CharField(help_text="the approver's note (optional), or why it was rejected")
+
+
 class DecisionAnswer(serializers.Serializer):
     id = IdField()
     workflow_id = IdField()
@@ -97,11 +104,14 @@ class DecisionAnswer(serializers.Serializer):
     step_key = StepKeyField()
     state = StateField(
         help_text="RUNNING (steps to run, now or after the background), SUCCEEDED (out of review), "
-        "REFUSED or HELD (see refusal)"
+        "REFUSED or HELD (see refusal); under four eyes PROPOSED (nothing ran: waits for a second person until "
+        "expires_at), then RUNNING once approved, or REJECTED or EXPIRED (nothing ran)"
     )
     steps = DecisionStep(many=True, help_text="the operations run, in order")
     waiting = serializers.CharField(required=False, help_text="while RUNNING: what the next step waits for")
     refusal = DecisionRefusal(required=False)
+    expires_at = TimeField(required=False, help_text="held for approval: until when a second person may approve")
+    approval = DecisionApproval(required=False, help_text="held for approval: the second person's answer")
     reason = serializers.CharField()
     evidence_ref = serializers.CharField()
     actor_id = IdField()
@@ -123,6 +133,10 @@ def decision(row: Decision) -> dict:
         data["waiting"] = row.waiting
     if row.refusal:
         data["refusal"] = row.refusal
+    if row.expires_at:
+        data["expires_at"] = format_time(row.expires_at)
+    if row.approval:
+        data["approval"] = row.approval
     return data | {
         "reason": row.reason,
         "evidence_ref": row.evidence_ref,
@@ -140,5 +154,17 @@ DECISION_ERRORS = {
     404: f"{WORKFLOW_NOT_FOUND}; or the instance has no such step (field step_key)",
     409: f"ABORTED: the instance moved since the revision decided on (the message names the last operation); "
     f"{KEY_REUSED}",
+    **UNAVAILABLE_ERRORS,
+}
+
+
+ANSWER_ERRORS = {
+    400: f"INVALID_ARGUMENT: a malformed id, Idempotency-Key or body, {BODY_LIMITS} (field named); "
+    "FAILED_PRECONDITION: the decision is not PROPOSED (the message says who answered it and when) or has expired",
+    **AUTH_ERRORS,
+    403: "PERMISSION_DENIED: the credential lacks workflows:recover; approve: the caller made the decision",
+    **BODY_REFUSALS,
+    404: f"{WORKFLOW_NOT_FOUND}; or no such decision of this workflow (field decision_id)",
+    409: f"ABORTED: approve: the instance moved since the decision was made (nothing ran: decide again); {KEY_REUSED}",
     **UNAVAILABLE_ERRORS,
 }

@@ -52,6 +52,8 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     class Media:
         css = {"all": ["console/console.css"]}
+        # The copy buttons beside ids (console.links.copy_button).
+        js = ["console/copy.js"]
 
     def has_add_permission(self, request, obj=None):
         return False

@@ -2,6 +2,8 @@
 workflow and execution audits, and the idempotency receipts that replay a committed command's answer.
 """
 
+import datetime as dt
+
 from django.db import models
 
 from core import clock
@@ -26,6 +28,9 @@ class AuditRecord(models.Model):
 
     class Meta:
         abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.actor_id} at {self.created_at.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
 
 
 class SignalOperation(AuditRecord):
@@ -77,3 +82,6 @@ class IdempotencyReceipt(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["namespace", "key"], name="receipt_ns_key")]
+
+    def __str__(self) -> str:
+        return f"{self.operation} receipt {self.key}"

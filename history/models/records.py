@@ -166,6 +166,9 @@ class Signal(StateFollowed):
             models.Index(fields=["namespace", "workflow", "accepted_at", "id"], name="workflow_signal_history"),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.name} {self.id}"
+
 
 class ContinuationState(models.TextChoices):
     PENDING = "PENDING"

@@ -73,6 +73,10 @@ class DecisionState(models.TextChoices):
     SUCCEEDED = "SUCCEEDED"  # its last step took the instance out of review
     REFUSED = "REFUSED"  # a step was refused: ``refusal`` says which and why; the steps before it stand
     HELD = "HELD"  # a step was held for a second person's approval (``refusal`` names the proposal)
+    # Under a four-eyes policy the whole decision waits for a second person before any step runs:
+    PROPOSED = "PROPOSED"  # nothing has run; a second person approves (RUNNING) or rejects it, until expires_at
+    REJECTED = "REJECTED"  # rejected (or withdrawn by its proposer): nothing ran
+    EXPIRED = "EXPIRED"  # nobody approved it before expires_at: nothing ran
 
 
 class Decision(models.Model):
@@ -105,6 +109,9 @@ class Decision(models.Model):
     refusal = models.JSONField(null=True, blank=True)
     # A driver (the request that made it, or a runner pass) holds it until then: one driver at a time.
     lease_until = models.DateTimeField(null=True, blank=True)
+    # A PROPOSED decision's deadline, and the second person's answer: {"outcome", "by", "at", "note"}.
+    expires_at = models.DateTimeField(null=True, blank=True)
+    approval = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=clock.now)
     updated_at = models.DateTimeField(default=clock.now)
 
@@ -112,6 +119,7 @@ class Decision(models.Model):
         indexes = [
             models.Index(fields=["workflow", "created_at"], name="decision_workflow"),
             models.Index(fields=["state", "lease_until"], name="decision_state_lease"),
+            models.Index(fields=["state", "expires_at"], name="decision_state_expires"),
         ]
 
 

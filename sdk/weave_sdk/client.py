@@ -733,19 +733,31 @@ class WeaveClient:
         self, workflow_id: str, proposal_id: str, *, idempotency_key: str, reason: str | None = None
     ) -> t.Response:
         """Run a proposal's stored command as its second person; ``data`` is the operation's Receipt."""
-        return self._decide(workflow_id, proposal_id, "approve", idempotency_key, reason, t.Receipt)
+        return self._decide(workflow_id, "proposals", proposal_id, "approve", idempotency_key, reason, t.Receipt)
 
     @operation("reject_recovery_proposal")
     def reject_proposal(self, workflow_id: str, proposal_id: str, *, idempotency_key: str, reason: str) -> t.Response:
         """Close a pending proposal unrun; ``data`` is the closed Proposal."""
-        return self._decide(workflow_id, proposal_id, "reject", idempotency_key, reason, t.Proposal)
+        return self._decide(workflow_id, "proposals", proposal_id, "reject", idempotency_key, reason, t.Proposal)
 
-    def _decide(self, workflow_id, proposal_id, decision, idempotency_key, reason, answer_type) -> t.Response:
+    @operation("approve_workflow_decision")
+    def approve_decision(
+        self, workflow_id: str, decision_id: str, *, idempotency_key: str, reason: str | None = None
+    ) -> t.Response:
+        """Approve a decision held under four eyes (PROPOSED): its chain runs now; ``data`` is the Decision."""
+        return self._decide(workflow_id, "decisions", decision_id, "approve", idempotency_key, reason, t.Decision)
+
+    @operation("reject_workflow_decision")
+    def reject_decision(self, workflow_id: str, decision_id: str, *, idempotency_key: str, reason: str) -> t.Response:
+        """Close a decision held under four eyes unrun (its maker may withdraw it); ``data`` is the Decision."""
+        return self._decide(workflow_id, "decisions", decision_id, "reject", idempotency_key, reason, t.Decision)
+
+    def _decide(self, workflow_id, collection, item_id, answer, idempotency_key, reason, answer_type) -> t.Response:
         _check_id(workflow_id, "id")
-        _check_id(proposal_id, "proposal_id")
+        _check_id(item_id, f"{collection.removesuffix('s')}_id")
         answer = self._send(
             "POST",
-            f"/v1/workflows/{workflow_id}/proposals/{proposal_id}/{decision}",
+            f"/v1/workflows/{workflow_id}/{collection}/{item_id}/{answer}",
             body={} if reason is None else {"reason": reason},
             idempotency_key=idempotency_key,
         )

@@ -582,8 +582,19 @@ class DecisionRefusal:
 
 
 @model
+class DecisionApproval:
+    """The second person's answer to a decision held under four eyes (or its maker's withdrawal)."""
+
+    outcome: str
+    by: str
+    at: dt.datetime
+    note: str
+
+
+@model
 class Decision:
-    """A decision on an instance in review and how far its chain of recovery operations has run."""
+    """A decision on an instance in review and how far its chain of recovery operations has run; under four eyes
+    PROPOSED until a second person approves it (``approval``) before ``expires_at``."""
 
     id: str
     workflow_id: str
@@ -598,6 +609,8 @@ class Decision:
     updated_at: dt.datetime
     waiting: str | None = None
     refusal: DecisionRefusal | None = None
+    expires_at: dt.datetime | None = None
+    approval: DecisionApproval | None = None
 
 
 @model

@@ -8,26 +8,30 @@ import pytest
 from engine.demo import demo_run
 from engine.runner import runner_settle
 from history.credentials import credential_issue
-from history.models import Application, Decision, Namespace, Scope, WorkflowInstance
+from history.models import Application, ApprovalPolicy, Decision, Namespace, Scope, WorkflowInstance
 from tests.conftest import bearer
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def demo(api):
-    """The demo's scenarios and a token of an operator of its namespace (recover and read)."""
-    scenarios = demo_run(namespace="demo")["scenarios"]
-    namespace = Namespace.objects.get(name="demo")
+def _operator(namespace: Namespace, actor_id: str) -> dict:
+    """A token of an operator of the namespace (recover and read)."""
     issued = credential_issue(
         namespace_id=namespace.id,
         application_id=Application.objects.filter(namespace=namespace).values_list("id", flat=True).first(),
-        actor_id="e" * 32,
-        label="decisions",
+        actor_id=actor_id,
+        label=f"decisions-{actor_id[0]}",
         scopes=[Scope.RECOVER, Scope.READ],
         queue_access="*",
     )
-    return scenarios, bearer(issued.token)
+    return bearer(issued.token)
+
+
+@pytest.fixture
+def demo(api):
+    """The demo's scenarios and a token of an operator of its namespace."""
+    scenarios = demo_run(namespace="demo")["scenarios"]
+    return scenarios, _operator(Namespace.objects.get(name="demo"), "e" * 32)
 
 
 def _command(instance_id: str, **fields) -> dict:
@@ -102,3 +106,32 @@ def test_reading_a_decision_needs_a_scope_and_names_an_unknown_one(api, demo, is
     assert api.get(f"/v1/workflows/{instance_id}/decisions/{'f' * 32}").status_code == 401
     writer = bearer(issue_token(scopes=[Scope.WRITE]).token)
     assert _post(api, writer, instance_id, _command(instance_id)).status_code == 403
+
+
+def test_under_four_eyes_a_decision_is_proposed_then_approved_by_a_second_person(api, demo):
+    scenarios, auth = demo
+    namespace = Namespace.objects.get(name="demo")
+    ApprovalPolicy.objects.create(namespace=namespace, approvals_required=1)
+    second = _operator(namespace, "c" * 32)
+    instance_id = scenarios["task_unknown"]["instance_id"]
+    made = json.loads(_post(api, auth, instance_id, _command(instance_id)).content)["data"]
+    assert (made["state"], made["steps"], "expires_at" in made) == ("PROPOSED", [], True)
+    url = f"/v1/workflows/{instance_id}/decisions/{made['id']}"
+
+    def answer(action, who, body, key):
+        return api.post(
+            f"{url}/{action}", data=json.dumps(body), content_type="application/json", HTTP_IDEMPOTENCY_KEY=key, **who
+        )
+
+    own = answer("approve", auth, {}, "a-0")
+    assert (own.status_code, json.loads(own.content)["error"]["code"]) == (403, "PERMISSION_DENIED")
+    approved = answer("approve", second, {"reason": "checked the ticket"}, "a-1")
+    assert approved.status_code == 200, approved.content
+    data = json.loads(approved.content)["data"]
+    assert data["state"] == "RUNNING" and data["approval"]["by"] == "c" * 32
+    assert data["approval"]["outcome"] == "APPROVED" and data["approval"]["note"] == "checked the ticket"
+    runner_settle()
+    assert json.loads(api.get(url, **auth).content)["data"]["state"] == "SUCCEEDED"
+    late = answer("reject", second, {"reason": "too late"}, "r-1")
+    error = json.loads(late.content)["error"]
+    assert (late.status_code, error["code"]) == (400, "FAILED_PRECONDITION") and "approved by" in error["message"]

@@ -49,7 +49,7 @@ def test_the_filtered_audit_list_exports_as_csv_and_json_lines(live_server, page
 def test_times_follow_the_zone_the_operator_picks_with_utc_on_hover(live_server, page, demo, screenshots):
     admin_login(page, live_server, "olga")
     page.click("#preferences-link")
-    page.select_option("#id_time_zone", "Asia/Tokyo")
+    page.fill("#id_time_zone", "Asia/Tokyo")
     page.click("input[type=submit]")
     assert page.inner_text("#preferences-link") == "TIMES IN ASIA/TOKYO" or "Asia/Tokyo" in page.inner_text(
         "#preferences-link"

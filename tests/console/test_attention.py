@@ -4,6 +4,7 @@ import re
 from html import unescape
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -178,3 +179,39 @@ def test_the_queue_reads_attention_and_notes_in_two_queries_whatever_its_length(
             queue_attention(rows[:count], tenancy[0].id)
         assert len(captured) == 2
         assert all(row.acknowledged_by == "olga" and row.notes == 1 for row in rows[:count])
+
+
+def _choices(html: str) -> list[str]:
+    return re.findall(r'<option value="([^"]*)"', _box(html).split('id="assign-form"')[1].split("</form>")[0])
+
+
+def test_only_logins_that_could_recover_the_instance_are_offered_and_any_other_is_refused_on_its_field(
+    client, console_user, review
+):
+    olga = console_user("olga", "operators")
+    anna = console_user("anna", "approvers")
+    outsiders = [
+        console_user("vic", "viewers"),
+        console_user("audrey", "auditors"),
+        console_user("other-queues", "operators", queues=["refunds"]),
+    ]
+    retired = console_user("retired", "operators")
+    User.objects.filter(pk=retired.pk).update(is_active=False)
+    not_staff = console_user("not-staff", "operators")
+    User.objects.filter(pk=not_staff.pk).update(is_staff=False)
+    outsiders += [retired, not_staff]
+    client.force_login(olga)
+    assert _choices(_page(client, review.instance.id)) == [
+        "",
+        anna.weave_operator.actor_id,
+        olga.weave_operator.actor_id,
+    ]
+    for outsider in outsiders:
+        response, said = _act(client, review.instance.id, "assign", {"assignee": outsider.weave_operator.actor_id})
+        assert response.status_code == 302 and said == [
+            f"Assignee: Select a valid choice. {outsider.weave_operator.actor_id} is not one of the available choices."
+        ], outsider.username
+    assert not ReviewAttention.objects.exists()
+    assert _act(client, review.instance.id, "assign", {"assignee": anna.weave_operator.actor_id})[1] == [
+        "Review assigned."
+    ]

@@ -105,12 +105,20 @@ def test_the_status_the_instance_page_polls_counts_what_the_background_has_yet_t
     client.force_login(console_user("olga", "operators"))
     assert client.get(url).json()["pending"] == 0
     client.post(_form(state.instance.id, "review-task"), _review_post(state) | {"_confirm": "1"})
-    status = client.get(url).json()  # the REVIEWED result event waits in the inbox
-    assert status == {"state": "NEEDS_REVIEW", "revision": str(state.instance.revision + 1), "pending": 1}
+    status = client.get(url).json()  # the REVIEWED result event waits in the inbox: the page follows it
+    revision = state.instance.revision + 1
+    assert status == {
+        "state": "NEEDS_REVIEW",
+        "revision": str(revision),
+        "pending": 1,
+        "moving": True,
+        "version": f"{revision}.1",
+    }
     page = client.get(f"/admin/history/workflowinstance/{state.instance.id}/change/").content.decode()
     assert 'id="follow"' in page and "console/follow.js" in page and 'id="next-operation"' not in page
     runner_settle()
-    assert client.get(url).json()["pending"] == 0
+    status = client.get(url).json()  # in review with nothing to take in: only an operator moves it now
+    assert status["pending"] == 0 and status["moving"] is False
     page = client.get(f"/admin/history/workflowinstance/{state.instance.id}/change/").content.decode()
     assert 'id="follow"' not in page and 'data-next="resolve-step"' in page
     form = client.get(re.search(r'href="([^"]+)" data-next=', page).group(1).replace("&amp;", "&")).content.decode()

@@ -14,8 +14,10 @@ from engine.check import invariants_check
 from engine.demo import demo_run
 from engine.runner import runner_pass, runner_settle
 from history.models import Decision, Namespace, Scope, WorkflowInstance, WorkflowOperation
+from recovery.consequences import decision_consequences
 from recovery.decisions import decision_drive, decision_make
 from recovery.operations import OPERATIONS
+from tests.recovery.digest import history_digest
 
 pytestmark = pytest.mark.django_db
 
@@ -30,10 +32,10 @@ def demo():
     return result["scenarios"], operator
 
 
-def decide(demo, scenario: str, kind: str, key: str = "", **outcome):
-    scenarios, operator = demo
+def command_of(demo, scenario: str, kind: str, **outcome) -> dict:
+    scenarios, _ = demo
     instance = WorkflowInstance.objects.get(id=scenarios[scenario]["instance_id"])
-    command = {
+    return {
         "kind": kind,
         "step_key": scenarios[scenario]["step_key"],
         "expected_revision": str(instance.revision),
@@ -42,8 +44,15 @@ def decide(demo, scenario: str, kind: str, key: str = "", **outcome):
         "declared": True,
         **outcome,
     }
+
+
+def decide(demo, scenario: str, kind: str, key: str = "", **outcome):
+    scenarios, operator = demo
     decision, _ = decision_make(
-        identity=operator, instance_id=instance.id, idempotency_key=key or f"decide-{scenario}", command=command
+        identity=operator,
+        instance_id=scenarios[scenario]["instance_id"],
+        idempotency_key=key or f"decide-{scenario}",
+        command=command_of(demo, scenario, kind, **outcome),
     )
     return decision
 
@@ -116,6 +125,38 @@ def test_each_scenario_is_decided_once_and_its_chain_runs_to_the_end(
     assert sorted(a.action for a in audits) == sorted(OPERATIONS[name].action for name in chain)
     assert {(a.reason, a.evidence_ref) for a in audits} == {(decision.reason, "ticket:OPS-42")}
     assert [str(v) for v in invariants_check()] == []
+
+
+@pytest.mark.parametrize(("scenario", "kind", "outcome", "at_once", "chain", "end"), CASES, ids=[c[0] for c in CASES])
+def test_the_preview_runs_the_whole_chain_with_the_background_between_its_steps_and_writes_nothing(
+    demo, scenario, kind, outcome, at_once, chain, end
+):
+    scenarios, operator = demo
+    before = history_digest()
+    preview = decision_consequences(
+        identity=operator,
+        instance_id=scenarios[scenario]["instance_id"],
+        command=command_of(demo, scenario, kind, **outcome),
+    )
+    assert history_digest() == before
+    assert [step.operation for step in preview] == [OPERATIONS[name].title for name in chain]
+    assert all(step.refusal is None and step.rows for step in preview)
+    # The last step lifts the review: the instance leaves NEEDS_REVIEW (for the background to go on).
+    instance_rows = {what: after for what, _, after in preview[-1].rows}
+    assert instance_rows["instance"] != "NEEDS_REVIEW"
+
+
+def test_a_preview_that_would_be_refused_says_where_and_why_and_a_stale_one_is_aborted(demo):
+    scenarios, operator = demo
+    instance_id = scenarios["expired_in_review"]["instance_id"]
+    preview = decision_consequences(
+        identity=operator, instance_id=instance_id, command=command_of(demo, "expired_in_review", "retry")
+    )
+    assert [(step.operation, step.refusal.code) for step in preview] == [("", "FAILED_PRECONDITION")]
+    assert "Retry step:" in preview[0].refusal.message
+    stale = command_of(demo, "expired_in_review", "retry") | {"expected_revision": "1"}
+    with pytest.raises(Aborted):
+        decision_consequences(identity=operator, instance_id=instance_id, command=stale)
 
 
 def test_a_decision_made_on_a_view_the_instance_has_left_names_what_moved_it(demo):

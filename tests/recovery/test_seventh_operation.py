@@ -17,6 +17,7 @@ from django.urls import clear_url_caches, reverse
 from weave_sdk import WeaveClient, types
 
 from api import urls as api_urls
+from console.links import instance_name
 from core.errors import FailedPrecondition
 from history.models import Activation, Step, StepState
 from recovery.commands import Declaration, StepDecision
@@ -136,7 +137,8 @@ def test_the_console_offers_its_form_its_button_and_next(seventh, operator, tena
     form = operator.get(reverse("admin:history_workflowinstance_recovery", args=[state.instance.id, NAME]))
     html = form.content.decode()
     assert form.status_code == 200
-    assert "Note step — instance" in html and "I looked at this step; nothing of it changes." in html
+    assert f"Note step — {instance_name(state.instance)}" in html
+    assert "I looked at this step; nothing of it changes." in html
     assert "I declare (note_taken)" in html
 
 

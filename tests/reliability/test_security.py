@@ -121,7 +121,8 @@ def security_world(tenancy):
         command=exactjson.dumps(_decision_body(instance)),
         reason=REASON["reason"],
         actor_id="6" * 32,
-        state="REFUSED",
+        state="PROPOSED",  # held under four eyes: the swept tokens may answer it
+        expires_at=clock.now() + dt.timedelta(hours=1),
     )
     startable = definition_create(
         namespace_id=namespace.id,
@@ -342,6 +343,17 @@ ENDPOINTS = [
         ON_INSTANCE | {"decision_id": "decision"},
         also=Scope.RECOVER,
     ),
+    *[
+        Endpoint(
+            f"{W}/decisions/<str:decision_id>/{answer}",
+            "POST",
+            Scope.RECOVER,
+            "instance",
+            ON_INSTANCE | {"decision_id": "decision"},
+            lambda w, body=body: body,
+        )
+        for answer, body in (("approve", {}), ("reject", {"reason": "not this way"}))
+    ],
     Endpoint("v1/workflows", "GET", Scope.READ, "namespace", list_kind="workflows"),
     Endpoint("v1/workflows/review-summary", "GET", Scope.READ, "namespace"),
     Endpoint(
