@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 from api import schema
 from api.params import PAGE_PARAMS, list_params, no_params, page_params, path_id, path_step_key, query_check
 from api.permissions import scope_required
-from api.resources import activations, events, instances, operations, signals, tasks
+from api.resources import activations, events, instances, operations, signals, signatures, tasks
 from history.locking import reads_from_any_commit
 from history.models import Scope
 from history.selectors import instance_list
@@ -22,6 +22,7 @@ from history.selectors.instances import instance_get, task_get
 from history.selectors.operations import WORKFLOW_OPERATIONS, workflow_operation_list
 from history.selectors.pagination import ListKind, Page, cursor_encode
 from history.selectors.signals import SIGNAL_OPERATIONS, signal_get, signal_operation_get, signal_operation_list
+from history.selectors.signatures import SIGNATURES, signature_list
 from history.selectors.tasks import task_source_get
 from recovery.eligibility import instance_eligibility_document
 
@@ -235,3 +236,18 @@ class ReviewSummaryView(HistoryView):
     def get(self, request):
         no_params(request.query_params)
         return Response(instances.review_summary(instance_list.review_summary(identity=request.auth)))
+
+
+class SignatureListView(HistoryView):
+    @extend_schema(
+        operation_id="list_signatures",
+        summary="Failure signatures of the namespace, the latest arrival first",
+        parameters=schema.PAGE_PARAMETERS,
+        responses=schema.responses(signatures.SignaturePageSerializer, errors=[400, 401, 403, 503]),
+    )
+    def get(self, request):
+        parents = [request.auth.namespace_id]
+        limit, after = list_params(request.query_params, kind=SIGNATURES, parents=parents)
+        result = signature_list(identity=request.auth, after=after, limit=limit)
+        cursor = next_cursor(result.page, kind=SIGNATURES, parents=parents)
+        return Response(signatures.signature_page(result, next_cursor=cursor))

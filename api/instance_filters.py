@@ -15,8 +15,8 @@ from django.core.exceptions import ValidationError
 from api.params import PAGE_PARAMS, query_check
 from core import fields
 from core.errors import InvalidArgument
-from core.ids import MAX_UINT32
-from history.models import InstanceState, ReviewCause, StopKind, WorkflowInstance
+from core.ids import MAX_UINT32, is_id
+from history.models import InstanceState, ReviewCause, StallReason, StopKind, WorkflowInstance
 from history.selectors.instance_list import DEFAULT_ORDER, ORDERS, InstanceQuery
 from history.tenancy import is_name
 
@@ -48,6 +48,13 @@ class NameField(_Field):
 
     def parse(self, value):
         return value if is_name(value) else None
+
+
+class IdField(_Field):
+    rule = "32 lowercase hexadecimal characters"
+
+    def parse(self, value):
+        return value if is_id(value) else None
 
 
 class IntegerField(_Field):
@@ -118,6 +125,8 @@ class InstanceFilter(django_filters.FilterSet):
     updated_after = _filter(TimeField)
     updated_before = _filter(TimeField)
     in_review_longer_than = _filter(IntegerField, low=0)
+    signature = _filter(IdField)
+    stall_reason = django_filters.MultipleChoiceFilter(choices=StallReason.choices)
     order = django_filters.ChoiceFilter(choices=[(name, name) for name in ORDERS])
 
     class Meta:
@@ -126,7 +135,7 @@ class InstanceFilter(django_filters.FilterSet):
 
 
 NAMES = tuple(InstanceFilter.base_filters)
-REPEATABLE = ("state", "review_cause")
+REPEATABLE = ("state", "review_cause", "stall_reason")
 
 
 def instance_query(params) -> InstanceQuery:
@@ -146,6 +155,7 @@ def instance_query(params) -> InstanceQuery:
     return InstanceQuery(
         states=tuple(sorted(set(data["state"]))),
         review_causes=tuple(sorted(set(data["review_cause"]))),
+        stall_reasons=tuple(sorted(set(data["stall_reason"]))),
         order=data["order"] or DEFAULT_ORDER,
         **values,
     )

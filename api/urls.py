@@ -20,6 +20,7 @@ urlpatterns = [
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="openapi-schema"), name="openapi-docs"),
     # Before workflows/<id>, which would take "review-summary" for an id.
     path("workflows/review-summary", history_views.ReviewSummaryView.as_view(), name="review-summary"),
+    path("signatures", history_views.SignatureListView.as_view(), name="signatures"),
     path(f"{W}", history_views.InstanceDetailView.as_view()),
     path(f"{W}/steps/<str:key>/activations", history_views.ActivationListView.as_view()),
     path(f"{W}/steps/<str:key>/activations/<str:activation>", history_views.ActivationDetailView.as_view()),

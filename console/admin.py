@@ -32,6 +32,17 @@ from console.attention import ACTIONS as ATTENTION_ACTIONS
 from console.attention import attention_context, attention_post, may_annotate
 from console.audit import actor_names
 from console.controls import control_effect, signal_outcome, signal_target_chosen, signal_targets, step_contract
+from console.decide import (
+    AnswerForm,
+    DecideForm,
+    decide_decided,
+    decide_initial,
+    decide_post,
+    decision_answer,
+    decision_page,
+    decision_rows,
+    kind_choices,
+)
 from console.facts import decision_facts
 from console.filters import DefinitionFilter
 from console.forms import (
@@ -45,7 +56,7 @@ from console.forms import (
     recovery_form_class,
 )
 from console.graph import step_graph_svg
-from console.links import copy_button, instance_label, instance_name, next_operation, operation_link
+from console.links import copy_button, decide_link, instance_label, instance_name, next_operation, operation_link
 from console.proposals import instance_proposals, local_time, proposal_decide, proposal_of, proposal_page
 from console.queue import age
 from console.refusals import acted_since, acted_words, refusal_attach
@@ -65,6 +76,7 @@ from history.selectors.events import event_filters, sequence_parse
 from history.selectors.instance_page import NEWEST_FIRST, instance_page
 from history.selectors.instances import task_attempts
 from recovery.consequences import control_consequences, operation_consequences, signal_consequences
+from recovery.decisions import KINDS as DECISION_KINDS
 from recovery.eligibility import instance_eligibility, operation_preview
 from recovery.operations import OPERATIONS
 from recovery.pipeline import PROPOSED
@@ -151,14 +163,19 @@ def _background_pending(instance: models.WorkflowInstance) -> int:
 
 def _following(instance: models.WorkflowInstance) -> dict:
     """What the instance page follows it by: the background's pending work, whether the instance can still move
-    (unfinished; in review only while the background has work of it or a task of it runs) and the version the
-    page compares with its status to know it changed."""
+    (unfinished; in review only while the background has work of it, a decision of it runs or a task of it runs)
+    and the version the page compares with its status to know it changed."""
     pending = _background_pending(instance)
     running = models.Task.objects.filter(source_instance_id=instance.id, state=models.TaskState.LEASED)
+    # An instance has a few decisions: their states tell a decision's progress that moves no revision (a refusal,
+    # an approval's answer, an expiry).
+    decisions = list(models.Decision.objects.filter(workflow_id=instance.id).values_list("state", flat=True))
+    deciding = decisions.count(models.DecisionState.RUNNING)
     moving = instance.state not in FINISHED and (
-        instance.state != models.InstanceState.NEEDS_REVIEW or pending > 0 or running.exists()
+        instance.state != models.InstanceState.NEEDS_REVIEW or pending > 0 or deciding > 0 or running.exists()
     )
-    return {"pending": pending, "moving": moving, "version": f"{instance.revision}.{pending}"}
+    version = ".".join([str(instance.revision), str(pending), *sorted(decisions)])
+    return {"pending": pending, "moving": moving, "version": version}
 
 
 def _awaits(identity, instance: models.WorkflowInstance, operation, data) -> bool:
@@ -216,6 +233,11 @@ def _reviewed_decision(step: models.Step) -> dict:
         "evidence_ref": review.evidence_ref,
         "prefilled_from": review,
     }
+
+
+def _facts(instance: models.WorkflowInstance):
+    """The facts of the step in review, as the instance page shows them, for a form deciding on it."""
+    return decision_facts(instance_page(instance=instance, with_audit=False, events=NEWEST_FIRST, events_before=None))
 
 
 @admin.register(models.WorkflowInstance)
@@ -315,6 +337,8 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             # Records the background has not consumed yet, and whether the page follows the instance.
             **_following(instance),
             "proposals": instance_proposals(instance),
+            "decisions": decision_rows(instance),
+            "stall": models.Stall.objects.filter(instance_id=instance.id).first(),
             # Acknowledgement, assignment and notes: never the engine's state.
             "attention": attention_context(request, instance),
         }
@@ -334,6 +358,8 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             for op in OPERATIONS.values()
             if op.target == "instance"
         ]
+        if instance.state == models.InstanceState.NEEDS_REVIEW:
+            context["decide_url"] = decide_link(instance)
         context["next_operation"] = next_operation(
             instance, eligibility, {v.step.key: v.step for v in page.steps}, tasks
         )
@@ -358,7 +384,9 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
 
     def visible_instance(self, request, object_id) -> models.WorkflowInstance:
         """The instance if this user may see it (the API's visibility rule), else 404 with the API's message."""
-        instance = self.get_queryset(request).select_related("definition").filter(pk=object_id).first()
+        instance = (
+            self.get_queryset(request).select_related("definition", "failure_signature").filter(pk=object_id).first()
+        )
         if instance is None:
             raise Http404(INSTANCE_NOT_FOUND)
         return instance
@@ -392,6 +420,12 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
                 name="history_workflowinstance_control",
             ),
             path("<str:object_id>/signal/", view(self.signal_view), name="history_workflowinstance_signal"),
+            path("<str:object_id>/decide/", view(self.decide_view), name="history_workflowinstance_decide"),
+            path(
+                "<str:object_id>/decisions/<str:decision_id>/",
+                view(self.decision_view),
+                name="history_workflowinstance_decision",
+            ),
             path("<str:object_id>/status/", view(self.status_view), name="history_workflowinstance_status"),
             path(
                 "<str:object_id>/proposals/<str:proposal_id>/",
@@ -430,11 +464,77 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             "opts": self.model._meta,
             "title": f"Proposal — {instance_name(instance)}",
             "instance": instance,
+            "facts": _facts(instance),
             "instance_url": self._instance_url(instance.id),
             **proposal_page(request, instance, proposal),
             **({"form": form} if form is not None else {}),
         }
         return TemplateResponse(request, "admin/console/proposal.html", context)
+
+    # ---- one decision: form → preview of the whole chain → confirm; its page -----------------
+
+    def decide_view(self, request, object_id):
+        """State a decision about the instance in review once; preview its chain; make it on one confirm."""
+        identity = operator_identity(request, "recover")
+        instance = self.visible_instance(request, object_id)
+        chain, decided = None, None
+        if request.method == "POST":
+            form, chain, decision = decide_post(request, identity, instance)
+            if decision is not None:
+                return HttpResponseRedirect(self._instance_url(instance.id) + "#decisions")
+        else:
+            form = DecideForm(
+                initial=decide_initial(request, instance, _last_decision(instance, identity_of_user(request.user))),
+                definition=instance.definition,
+            )
+            decided = decide_decided(request, instance, form.initial["expected_revision"])
+        step_key = form.data.get("step_key") if form.is_bound else form.initial["step_key"]
+        chosen = form.data.get("kind") if form.is_bound else form.initial["kind"]
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"Decide — {instance_name(instance)}",
+            "instance": instance,
+            "form": form,
+            "chain": chain,
+            "chosen": DECISION_KINDS.get(chosen),
+            "decided": decided,
+            "kinds": kind_choices(identity, instance, step_key, chosen) if chain is None and not decided else [],
+            "facts": _facts(instance),
+            "contract": step_contract(instance, step_key) if step_key else None,
+            "step_key": step_key,
+            "prefilled_from": form.initial.get("prefilled_from"),
+            "instance_url": self._instance_url(instance.id),
+        }
+        return TemplateResponse(request, "admin/console/decide_form.html", context)
+
+    def decision_view(self, request, object_id, decision_id):
+        """A decision: where it stands, its steps and refusal; a proposed one is approved or rejected here."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        instance = self.visible_instance(request, object_id)
+        decision = models.Decision.objects.filter(pk=decision_id, workflow_id=instance.id).first()
+        if decision is None:
+            raise Http404("decision_id: no such decision of this workflow")
+        form = None
+        if request.method == "POST":
+            identity = operator_identity(request, "recover")
+            form = decision_answer(request, identity, instance, decision)
+            if form is None:
+                return HttpResponseRedirect(self._instance_url(instance.id) + "#decisions")
+        elif decision.state == models.DecisionState.PROPOSED and self.has_recover_permission(request):
+            form = AnswerForm(initial={"idempotency_key": fresh_key()})
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"Decision — {instance_name(instance)}",
+            "instance": instance,
+            "facts": _facts(instance) if decision.state == models.DecisionState.PROPOSED else None,
+            "instance_url": self._instance_url(instance.id),
+            "form": form,
+            **decision_page(request, instance, decision),
+        }
+        return TemplateResponse(request, "admin/console/decision.html", context)
 
     def status_view(self, request, object_id):
         """What the instance page polls while the instance can still move: small, no page."""
@@ -530,6 +630,7 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             "decided": decided,
             "instance_url": self._instance_url(instance.id),
             "subject": self._subject(request.POST if request.method == "POST" else request.GET, instance),
+            "facts": _facts(instance) if preview is None and not decided else None,
             "prefilled_from": form.initial.get("prefilled_from"),
         }
         return TemplateResponse(request, "admin/console/operation_form.html", context)

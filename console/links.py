@@ -87,3 +87,9 @@ def next_operation(instance: WorkflowInstance, eligibility: dict, steps: dict[st
             if entry["possible"]:
                 return operation_link(instance, steps[key], op.name, entry, tasks)
     return None
+
+
+def decide_link(instance: WorkflowInstance) -> str:
+    """The decision form of the instance in review, carrying the revision the operator is looking at."""
+    url = reverse("admin:history_workflowinstance_decide", args=[instance.id])
+    return f"{url}?{urlencode({'revision': instance.revision, 'step': instance.review_step_key})}"

@@ -36,7 +36,9 @@ MINE_DAYS = 7
 MINE_SHOWN = 10
 
 
-class DecisionForm(forms.Form):
+class AnswerForm(forms.Form):
+    """Approve or reject what another person proposed: a proposal or a decision."""
+
     reason = forms.CharField(
         max_length=limits.MAX_REASON,
         required=False,
@@ -45,6 +47,13 @@ class DecisionForm(forms.Form):
         help_text="Approve: an optional note. Reject: required, why it must not run.",
     )
     idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=limits.MAX_IDEMPOTENCY_KEY)
+
+    def answer(self, request) -> tuple[bool, dict]:
+        """Whether the valid form approves (the submit button's name says), and the command: a rejection's
+        reason, an approval's note when one was given."""
+        approve = "_approve" in request.POST
+        reason = self.cleaned_data["reason"]
+        return approve, {"reason": reason} if reason or not approve else {}
 
 
 def _pending(queryset):
@@ -147,19 +156,18 @@ def proposal_page(request, instance: WorkflowInstance, proposal: Proposal) -> di
         "consequences": consequences,
         "now_refused": now_refused,
         "own": identity is not None and identity.actor_id == proposal.proposed_by,
-        "form": DecisionForm(initial={"idempotency_key": fresh_key()}),
+        "form": AnswerForm(initial={"idempotency_key": fresh_key()}),
     }
 
 
-def proposal_decide(request, instance: WorkflowInstance, proposal: Proposal) -> DecisionForm | None:
+def proposal_decide(request, instance: WorkflowInstance, proposal: Proposal) -> AnswerForm | None:
     """Approve or reject (the submit button's name says which); None once done (a message says what happened),
     else the form with the refusal on it. The message links the next proposal this person may decide, if any."""
-    form = DecisionForm(request.POST)
+    form = AnswerForm(request.POST)
     if not form.is_valid():
         return form
     identity = identity_of_user(request.user)
-    approve = "_approve" in request.POST
-    command = {"reason": form.cleaned_data["reason"]} if form.cleaned_data["reason"] or not approve else {}
+    approve, command = form.answer(request)
     try:
         receipt = (proposal_approve if approve else proposal_reject)(
             identity=identity,

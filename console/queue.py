@@ -15,17 +15,18 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
 from console.attention import queue_attention
-from console.links import instance_label, next_operation
+from console.links import decide_link, instance_label, next_operation
 from core import clock
 from core.identity import identity_of_user
 from history.models import InstanceState, ReviewCause, Step, Task, TaskState, WorkflowDefinition, WorkflowInstance
 from history.selectors.access import visible_rows
 from history.selectors.instance_list import review_summary
+from history.selectors.signatures import signature_summary
 from recovery.eligibility import instance_eligibility
 
 ROWS = 25
 # The query parameters the queue reads, named as the instance query's (GET /v1/workflows) are.
-FILTERS = ("review_cause", "definition", "q")
+FILTERS = ("review_cause", "definition", "signature", "q")
 
 
 @dataclass
@@ -33,6 +34,8 @@ class QueueRow:
     instance: WorkflowInstance
     age: str
     next_operation: dict | None
+    # The decision form, for those who may recover.
+    decide_url: str = ""
     # How long past its definition's review SLA ("" within it, or without one).
     over_sla: str = ""
     # Who acknowledged the review and who is on it (login names), and how many notes the instance has.
@@ -63,6 +66,8 @@ def review_queue(request) -> dict | None:
             rows = rows.filter(review_cause=chosen["review_cause"])
     if chosen["definition"]:
         rows = rows.filter(definition__name=chosen["definition"])
+    if chosen["signature"]:
+        rows = rows.filter(failure_signature_id=chosen["signature"])
     if chosen["q"]:
         # An id prefix or a business key prefix, as the changelist's search reads it.
         rows = rows.filter(Q(id__startswith=chosen["q"]) | Q(business_key__startswith=chosen["q"]))
@@ -84,6 +89,7 @@ def review_queue(request) -> dict | None:
             (cause, ReviewCause(cause).label if cause in ReviewCause.values else "", n) for cause, n in summary.causes
         ],
         "definitions": summary.definitions,
+        "signatures": signature_summary(identity=identity),
         "truncated": summary.definitions_truncated,
         "chosen": chosen,
         "error": error,
@@ -155,6 +161,7 @@ def _row(instance: WorkflowInstance, identity, may_recover: bool) -> QueueRow:
         instance=instance,
         age=age(now - instance.review_since) if instance.review_since else "",
         next_operation=_next_operation(instance, identity) if may_recover else None,
+        decide_url=decide_link(instance) if may_recover else "",
         over_sla=age(overdue) if overdue else "",
     )
 

@@ -8,12 +8,14 @@ from django.template.response import TemplateResponse
 from django.urls import path
 
 from console.background import background_box
+from console.decide import my_decisions, queue_decisions
 from console.proposals import MINE_DAYS, my_proposals, queue_proposals
 from console.queue import queue_status, review_queue
 from console.saved_views import SavedViewForm, delete_view, kept_query, save_view, view_url, views_of
 from console.zone import PreferencesForm
 from core.identity import identity_of_user
 from history.models import Operator
+from history.selectors.signatures import stall_summary
 
 # Each admin table under the heading of its purpose, in this order; a table no heading names goes
 # under "Other" (a test keeps that empty).
@@ -23,6 +25,8 @@ PURPOSES = {
         "history.Task",
         "history.Signal",
         "history.Incident",
+        "history.FailureSignature",
+        "history.Stall",
         "history.WorkflowDefinition",
     ),
     "Engine records": (
@@ -117,6 +121,9 @@ class ConsoleSite(admin.AdminSite):
             "proposals": queue_proposals(identity) if identity is not None else [],
             "my_proposals": my_proposals(identity) if identity is not None else [],
             "my_proposals_days": MINE_DAYS,
+            "waiting_decisions": queue_decisions(identity) if identity is not None else [],
+            "stalls": stall_summary(identity=identity) if identity is not None else None,
+            "my_decisions": my_decisions(identity) if identity is not None else [],
             "saved_views": [(view, view_url(view)) for view in views_of(request.user)],
             "save_form": SavedViewForm(user=request.user),
             "current_query": kept_query(request.GET),

@@ -520,14 +520,21 @@ def _revisions_and_gates() -> Iterator[Violation]:
 
 
 def _review_causes() -> Iterator[Violation]:
-    """In review ⇔ a cause and a time are recorded; outside review, cause, step and time are blank; the
-    step, when named, is one of the instance's."""
+    """In review ⇔ a cause and a time are recorded; outside review, they, the step and the failure signature are
+    blank (in review, a signature is recorded unless a release before signatures put it there); the step, when
+    named, is one of the instance's."""
     in_review = Q(state=InstanceState.NEEDS_REVIEW)
     unrecorded = WorkflowInstance.objects.filter(in_review & (Q(review_cause="") | Q(review_since=None)))
     for instance_id in unrecorded.values_list("id", flat=True).iterator():
         yield Violation("review_cause_missing", "instance in review records no cause or no time", (instance_id,))
     left = WorkflowInstance.objects.filter(
-        ~in_review & (~Q(review_cause="") | ~Q(review_step_key="") | Q(review_since__isnull=False))
+        ~in_review
+        & (
+            ~Q(review_cause="")
+            | ~Q(review_step_key="")
+            | Q(review_since__isnull=False)
+            | Q(failure_signature__isnull=False)
+        )
     )
     for instance_id, state in left.values_list("id", "state").iterator():
         yield Violation("review_cause_stale", f"{state} instance still records a review cause", (instance_id,))

@@ -28,6 +28,7 @@ from engine.quota import quota_of_task
 from engine.results import result_event_publish
 from engine.state import gate_sync, step_enter_review, touch
 from engine.stop import instance_stop_settle
+from engine.watchdog import pass_watchdog
 from engine.worker import task_lease_expire
 from history.locking import Level, LockSet, atomic_with_retry
 from history.models import (
@@ -387,6 +388,7 @@ PASSES: dict[str, Callable[[], int]] = {
     "poll_rounds": pass_poll_rounds,
     "continuations": pass_continuations,
     "stop_settlement": pass_stop_settlement,
+    "watchdog": pass_watchdog,
 }
 
 

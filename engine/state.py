@@ -14,6 +14,7 @@ from history.models import (
     StepState,
     WorkflowInstance,
 )
+from history.signatures import signature_record
 
 
 def touch(row: models.Model, now: dt.datetime, **changes) -> None:
@@ -57,10 +58,10 @@ def instance_enter_review(
     """RUNNING or CANCELLING → NEEDS_REVIEW with the gate closed; the stop intent is kept.
 
     Entering review records why: the text ``reason``, the stable ``cause``, the step it concerns
-    (blank for an instance-wide cause) and since when. An instance already in review keeps its
-    first reason, cause, step and time; a finished instance is left alone. An instance whose gate
-    is missing (corruption) has none to close. The caller bumps the instance revision (``touch``)
-    at the end of its transaction.
+    (blank for an instance-wide cause), since when, and the failure signature they make (one upsert).
+    An instance already in review keeps its first reason, cause, step, signature and time; a finished
+    instance is left alone. An instance whose gate is missing (corruption) has none to close. The
+    caller bumps the instance revision (``touch``) at the end of its transaction.
     """
     if instance.state in (InstanceState.RUNNING, InstanceState.CANCELLING):
         instance.state = InstanceState.NEEDS_REVIEW
@@ -68,6 +69,14 @@ def instance_enter_review(
         instance.review_cause = cause
         instance.review_step_key = step_key
         instance.review_since = now
+        instance.failure_signature_id = signature_record(
+            namespace_id=instance.namespace_id,
+            definition_id=instance.definition_id,
+            step_key=step_key,
+            cause=cause,
+            reason=instance.review_reason,
+            now=now,
+        )
     if gate is not None:
         gate_sync(gate=gate, instance=instance)
 
@@ -117,6 +126,7 @@ def instance_review_lift(
     instance.state, instance.stop_kind, instance.stop_reason = state, stop_kind, stop_reason
     instance.review_reason = ""
     instance.review_cause, instance.review_step_key, instance.review_since = "", "", None
+    instance.failure_signature_id = None
     gate_sync(gate=gate, instance=instance)
 
 

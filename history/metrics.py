@@ -2,7 +2,8 @@
 
 The gauges are read at each scrape, each from an index: instances in review by namespace, definition
 and cause, the oldest review per namespace, the reviews past their definition's SLA, the inbox records
-waiting or set aside, the recovery proposals waiting for a second person per namespace, and the age of each
+waiting or set aside, the recovery proposals waiting for a second person per namespace, the instances the
+watchdog marked stalled per reason, and the age of each
 running background process's last beat.
 """
 
@@ -22,6 +23,7 @@ from history.models import (
     Namespace,
     Proposal,
     ProposalState,
+    Stall,
     WorkflowDefinition,
     WorkflowInstance,
 )
@@ -86,6 +88,15 @@ class DatabaseCollector:
         for namespace_id, n in pending.values_list("namespace_id").annotate(n=Count("*")).order_by():
             proposals.add_metric([namespaces.get(namespace_id, namespace_id)], n)
         yield proposals
+
+        stalled = GaugeMetricFamily(
+            "weave_stalled_instances",
+            "Instances the watchdog marked stuck outside review, per reason.",
+            labels=["namespace", "reason"],
+        )
+        for namespace_id, reason, n in Stall.objects.values_list("namespace_id", "reason").annotate(n=Count("*")):
+            stalled.add_metric([namespaces.get(namespace_id, namespace_id), reason], n)
+        yield stalled
 
         beats = GaugeMetricFamily(
             "weave_background_heartbeat_age_seconds",

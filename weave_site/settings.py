@@ -270,6 +270,11 @@ WEAVE_MAX_JSON_BYTES = _env_positive("WEAVE_MAX_JSON_BYTES", 256 * 1024)
 # How long a recovery proposal waits for its approval before the runner expires it.
 WEAVE_PROPOSAL_TTL_SECONDS = _env_positive("WEAVE_PROPOSAL_TTL_SECONDS", 24 * 3600)
 
+# The watchdog (engine/watchdog.py) marks an instance stalled past these bounds: paused this long, or an inbox
+# record or continuation of it waiting this long for the runner.
+WEAVE_STALL_PAUSED_SECONDS = _env_positive("WEAVE_STALL_PAUSED_SECONDS", 4 * 3600)
+WEAVE_STALL_WAITING_SECONDS = _env_positive("WEAVE_STALL_WAITING_SECONDS", 300)
+
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 # collectstatic writes each file under a name carrying a hash of its content, gzipped beside it, and WhiteNoise

@@ -235,8 +235,9 @@ def _enum_list(name: str, values, description: str) -> OpenApiParameter:
     return _query(name, items, f"{description}; repeat the parameter for several (any of them)", explode=True)
 
 
-def workflow_query_parameters(*, states, causes, stop_kinds, orders) -> list[OpenApiParameter]:
-    """Every parameter of GET /v1/workflows; each given at most once but ``state`` and ``review_cause``."""
+def workflow_query_parameters(*, states, causes, stall_reasons, stop_kinds, orders) -> list[OpenApiParameter]:
+    """Every parameter of GET /v1/workflows; each given at most once but ``state``, ``review_cause`` and
+    ``stall_reason``."""
     time = "RFC 3339 with its offset, exclusive bound"
     return [
         _enum_list("state", states, "instances in one of these states"),
@@ -257,6 +258,12 @@ def workflow_query_parameters(*, states, causes, stop_kinds, orders) -> list[Ope
             {"type": "integer", "minimum": 0, "maximum": MAX_UINT32},
             "seconds: instances in review since longer than this",
         ),
+        _enum_list("stall_reason", stall_reasons, "instances the watchdog marked stalled for one of these reasons"),
+        _query(
+            "signature",
+            {"type": "string", "pattern": "^[0-9a-f]{32}$"},
+            "instances in review with this failure signature (GET /v1/signatures)",
+        ),
         _query(
             "order",
             {"type": "string", "enum": list(orders), "default": orders[0]},
@@ -267,8 +274,8 @@ def workflow_query_parameters(*, states, causes, stop_kinds, orders) -> list[Ope
 
 
 QUERY_ERRORS = {
-    400: "INVALID_ARGUMENT: an unknown, empty or malformed query parameter, one given twice (state and "
-    "review_cause may repeat), or a cursor of another query: other filters, order or namespace (field named)",
+    400: "INVALID_ARGUMENT: an unknown, empty or malformed query parameter, one given twice (state, review_cause "
+    "and stall_reason may repeat), or a cursor of another query: other filters, order or namespace (field named)",
     401: UNAUTHENTICATED,
     403: PERMISSION_DENIED,
     503: UNAVAILABLE,

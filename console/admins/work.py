@@ -62,3 +62,23 @@ class IncidentAdmin(ReadOnlyAdmin):
         # An instance's incident is seen only by those who see the instance (its definition's queues).
         instances = scoped(request, models.WorkflowInstance.objects.all()).values("id")
         return super().get_queryset(request).filter(Q(instance__isnull=True) | Q(instance_id__in=instances))
+
+
+@admin.register(models.FailureSignature)
+class FailureSignatureAdmin(ReadOnlyAdmin):
+    """What made instances enter review (``history.signatures``); the queue groups and filters by it."""
+
+    list_display = ("pattern", "definition", "step_key", "review_cause", "count", "last_seen")
+    list_filter = ("review_cause", ("last_seen", admin.DateFieldListFilter))
+    search_fields = ("=id", "pattern")
+    ordering = ("-last_seen",)
+
+
+@admin.register(models.Stall)
+class StallAdmin(ReadOnlyAdmin):
+    """The watchdog's marks (``engine.watchdog``): instances stuck outside review."""
+
+    list_display = ("instance", "reason", "detail", "since", "marked_at")
+    list_filter = ("reason",)
+    search_fields = ("=instance__id",)
+    ordering = ("since",)

@@ -39,6 +39,7 @@ from history.models.review import (
     ProposalState,
     ReviewAttention,
 )
+from history.models.signatures import FailureSignature, Stall, StallReason
 from history.models.work import (
     TERMINAL_TASK_STATES,
     Activation,
@@ -75,6 +76,7 @@ __all__ = [
     "DecisionState",
     "Disposition",
     "ExecutionAudit",
+    "FailureSignature",
     "Gate",
     "IdempotencyReceipt",
     "InboxRecord",
@@ -103,6 +105,8 @@ __all__ = [
     "StateFollowed",
     "Step",
     "StepKind",
+    "Stall",
+    "StallReason",
     "StepState",
     "StopKind",
     "Task",

@@ -92,6 +92,8 @@ class WorkflowInstance(StateFollowed):
     review_cause = models.CharField(max_length=32, choices=ReviewCause.choices, blank=True)
     review_step_key = models.CharField(max_length=64, blank=True)
     review_since = models.DateTimeField(null=True, blank=True)
+    # What made it enter review (``history.signatures``), set and cleared with the cause.
+    failure_signature = _ref("FailureSignature", null=True, db_index=False)
     created_at = models.DateTimeField(default=clock.now)
     updated_at = models.DateTimeField(default=clock.now)
     completed_at = models.DateTimeField(null=True, blank=True)
@@ -111,6 +113,9 @@ class WorkflowInstance(StateFollowed):
             models.Index(fields=["namespace", "stop_kind", "updated_at", "id"], name="instance_ns_stop_updated"),
             models.Index(fields=["namespace", "review_since", "id"], name="instance_ns_review_since"),
             models.Index(fields=["namespace", "review_cause", "review_since", "id"], name="instance_ns_cause_since"),
+            models.Index(
+                fields=["namespace", "failure_signature", "review_since", "id"], name="instance_ns_signature_since"
+            ),
             # Exact business key and prefix ranges.
             models.Index(fields=["namespace", "business_key", "id"], name="instance_ns_business_key"),
             # The review summary counts from this index alone.

@@ -126,6 +126,8 @@ INSTANCE_PATH = {
     models.Continuation: "instance",
     models.IdempotencyReceipt: "workflow",
     models.Proposal: "workflow",
+    models.Decision: "workflow",
+    models.Stall: "instance",
 }
 # Task rows and their children: the task's own namespace and queue, and only when its instance is
 # visible too.
@@ -181,6 +183,11 @@ def visible_rows(queryset: QuerySet, identity: Identity | None) -> QuerySet:
         return queryset if identity.queues is None else queryset.filter(name__in=identity.queues)
     if model is models.WorkflowDefinition:
         return queryset.filter(id__in=visible_definition_ids(identity))
+    if model is models.FailureSignature:
+        queryset = queryset.filter(namespace_id=identity.namespace_id)
+        if identity.queues is None:
+            return queryset
+        return queryset.filter(definition_id__in=visible_definition_ids(identity))
     if hasattr(model, "namespace_id") or any(f.name == "namespace" for f in model._meta.fields):
         return queryset.filter(namespace_id=identity.namespace_id)
     return queryset.none()

@@ -20,7 +20,7 @@ from django.db.models import Count, QuerySet
 from core import clock
 from core.errors import Unavailable
 from core.identity import Identity
-from history.models import InstanceState, WorkflowDefinition, WorkflowInstance
+from history.models import InstanceState, Stall, WorkflowDefinition, WorkflowInstance
 from history.selectors.access import visible_rows
 from history.selectors.pagination import ListKind, Page, keyset_beyond
 
@@ -35,7 +35,7 @@ DEFAULT_ORDER = "updated_at"
 ORDERED_BY = {
     "updated_at": ("state", "definition_id", "paused", "stop_kind"),
     "created_at": ("state", "definition_id"),
-    "review_since": ("review_cause",),
+    "review_since": ("failure_signature_id", "review_cause"),
 }
 # Past this many values one scan with IN (…) is cheaper than one scan per value.
 MAX_SCANS = 16
@@ -60,6 +60,10 @@ class InstanceQuery:
     updated_after: dt.datetime | None = None
     updated_before: dt.datetime | None = None
     in_review_longer_than: int | None = None
+    # A failure signature's id: the instances in review with it.
+    signature: str | None = None
+    # The watchdog's reasons: the instances it marked stalled for one of them.
+    stall_reasons: tuple[str, ...] = ()
     order: str = DEFAULT_ORDER
 
     def binding(self) -> str:
@@ -113,6 +117,11 @@ def _filtered(*, identity: Identity, query: InstanceQuery, definition_ids: list[
         rows = rows.filter(paused=query.paused)
     if query.stop_kind is not None:
         rows = rows.filter(stop_kind=query.stop_kind)
+    if query.signature is not None:
+        rows = rows.filter(failure_signature_id=query.signature)
+    if query.stall_reasons:
+        # The marks are few: their instances, then the other filters on them.
+        rows = rows.filter(id__in=Stall.objects.filter(reason__in=query.stall_reasons).values("instance_id"))
     ranges = {
         "created_at__gt": query.created_after,
         "created_at__lt": query.created_before,
@@ -136,6 +145,7 @@ def _scans(rows: QuerySet, *, query: InstanceQuery, definition_ids: list[str] | 
         "paused": None if query.paused is None else [query.paused],
         "stop_kind": None if query.stop_kind is None else [query.stop_kind],
         "review_cause": query.review_causes,
+        "failure_signature_id": None if query.signature is None else [query.signature],
     }
     if query.business_key is not None:
         # One business key has few instances: its own index finds them all.

@@ -629,13 +629,15 @@ class WeaveClient:
         updated_after: dt.datetime | None = None,
         updated_before: dt.datetime | None = None,
         in_review_longer_than: int | None = None,
+        signature: str | None = None,
+        stall_reason: str | Sequence[str] | None = None,
         order: str | None = None,
         limit: int | None = None,
         cursor: str | None = None,
     ) -> t.WorkflowPage:
         """One page of the visible instances matching every filter given, newest first by ``order``.
 
-        ``state`` and ``review_cause`` take one value or several (any of them). A cursor continues
+        ``state``, ``review_cause`` and ``stall_reason`` take one value or several (any of them). A cursor continues
         only the query it came from: pass the same filters and order with it.
         """
         params: dict[str, str | list[str]] = {}
@@ -670,6 +672,10 @@ class WeaveClient:
         params |= {name: _time_param(name, value) for name, value in times.items() if value is not None}
         if in_review_longer_than is not None:
             params["in_review_longer_than"] = _integer_param("in_review_longer_than", in_review_longer_than, 0)
+        if signature is not None:
+            params["signature"] = _check_id(signature, "signature")
+        if stall_reason is not None:
+            params["stall_reason"] = _choices("stall_reason", stall_reason, None)
         if order is not None:
             if order not in ORDERS:
                 raise _refuse("order", f"one of {ORDERS}")
@@ -690,6 +696,12 @@ class WeaveClient:
     def review_summary(self) -> t.ReviewSummary:
         """Visible instances in review counted per cause and per definition (the busiest first)."""
         return self._get(t.ReviewSummary, "/v1/workflows/review-summary")
+
+    @operation("list_signatures")
+    def list_signatures(self, *, limit: int | None = None, cursor: str | None = None) -> t.SignaturePage:
+        """One page of the namespace's failure signatures (what made instances enter review), the latest arrival
+        first, each with how many visible instances are in review with it now (``list_workflows(signature=…)``)."""
+        return self._get(t.SignaturePage, "/v1/signatures", _page_params(limit, cursor))
 
     # Writes
 

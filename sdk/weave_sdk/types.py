@@ -349,6 +349,29 @@ class ReviewSummary:
 
 
 @model
+class Signature:
+    """A failure signature: the review reason's pattern (ids, numbers, times, quoted values as ``<*>``) where it
+    happened, with its first and last arrival, how many, and how many visible instances are in review with it."""
+
+    id: str
+    definition: DefinitionRef
+    step_key: str
+    review_cause: str
+    pattern: str
+    sample: str
+    first_seen: dt.datetime
+    last_seen: dt.datetime
+    count: int
+    in_review: int
+
+
+@model
+class SignaturePage:
+    items: list[Signature]
+    next_cursor: str | None = None
+
+
+@model
 class LateEvidence:
     """What a worker reported after its attempt's lease was lost: recorded, never applied.
 

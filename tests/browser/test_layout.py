@@ -51,6 +51,7 @@ def test_the_queue_fits_a_phone_and_its_next_buttons_stay_whole(live_server, pho
     assert_no_sideways_scroll(phone, "queue", screenshots)
     assert phone.locator("#queue-rows a[data-operation]").count() > 0
     assert_one_line_on_screen(phone, "#queue-rows a[data-operation]")
+    assert_one_line_on_screen(phone, "#queue-rows a[data-decide]")
 
 
 def test_the_instance_page_fits_a_phone_and_its_next_button_stays_whole(live_server, phone, demo, screenshots):
@@ -59,13 +60,18 @@ def test_the_instance_page_fits_a_phone_and_its_next_button_stays_whole(live_ser
     assert_no_sideways_scroll(phone, "instance page", screenshots)
     phone.wait_for_selector("#next-operation a")
     assert_one_line_on_screen(phone, "#next-operation a")
+    assert_one_line_on_screen(phone, "#decide a")
     assert_one_line_on_screen(phone, "#instance-actions a.button")
 
 
 def test_the_operation_and_control_forms_fit_a_phone(live_server, phone, demo, screenshots):
     admin_login(phone, live_server, "olga")
     phone.goto(f"{live_server.url}/admin/history/workflowinstance/{demo['task_unknown']['instance_id']}/change/")
-    forms = {"review-task": "a[data-operation=review-task]", "pause": "a[data-control=pause]"}
+    forms = {
+        "review-task": "a[data-operation=review-task]",
+        "pause": "a[data-control=pause]",
+        "decide": "a[data-decide]",
+    }
     forms["signal"] = "#instance-actions a[href$='/signal/']"
     hrefs = {name: live_server.url + phone.get_attribute(selector, "href") for name, selector in forms.items()}
     for name, href in hrefs.items():
@@ -81,3 +87,12 @@ def test_the_operation_and_control_forms_fit_a_phone(live_server, phone, demo, s
     phone.click("input[name=_preview]")
     phone.wait_for_selector("#preview")
     assert_no_sideways_scroll(phone, "review-task preview", screenshots)
+    # The decision's preview: each operation of the chain with its table.
+    phone.goto(hrefs["decide"])
+    phone.fill("#id_result", '{"paid": true}')
+    phone.fill("#id_reason", "checked the ledger")
+    phone.fill("#id_evidence_ref", "ticket:OPS-7")
+    phone.check("#id_declaration")
+    phone.click("input[name=_preview]")
+    phone.wait_for_selector("#chain")
+    assert_no_sideways_scroll(phone, "decision preview", screenshots)

@@ -66,6 +66,7 @@ def test_a_confirmed_form_becomes_a_proposal_shown_on_the_page_and_the_queue(ten
     assert f'data-proposal="{proposal.id}"' in olga.get("/admin/").content.decode()
     own = olga.get(_proposal_url(state.instance.id, proposal.id)).content.decode()
     assert 'id="own-proposal"' in own and 'id="approve"' not in own and 'id="proposal-command"' in own
+    assert 'id="decision-facts"' in own  # the approver decides on the same facts as the proposer
 
 
 def test_a_second_person_approves_on_the_proposal_page_and_the_operation_runs(tenancy, console_user, policy):

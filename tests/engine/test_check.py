@@ -156,12 +156,19 @@ def test_an_instance_in_review_without_a_cause_or_time_is_reported(ran):
     assert "review_cause_missing" in _codes()
     WorkflowInstance.objects.filter(pk=ran.id).update(review_cause="poll_failed")
     assert "review_cause_missing" in _codes()
+    # A release before failure signatures puts instances in review without one: that is no violation.
     WorkflowInstance.objects.filter(pk=ran.id).update(review_since=ran.updated_at)
     assert "review_cause_missing" not in _codes()
 
 
 @pytest.mark.parametrize(
-    "left", [{"review_cause": "poll_failed"}, {"review_step_key": "a"}, {"review_since": "2026-01-01T00:00:00Z"}]
+    "left",
+    [
+        {"review_cause": "poll_failed"},
+        {"review_step_key": "a"},
+        {"review_since": "2026-01-01T00:00:00Z"},
+        {"failure_signature_id": "f" * 32},
+    ],
 )
 def test_an_instance_out_of_review_still_recording_a_review_is_reported(ran, left):
     WorkflowInstance.objects.filter(pk=ran.id).update(**left)

@@ -8,15 +8,20 @@ import importlib
 
 import pytest
 from django.apps import apps
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from core import clock
+from core.signatures import error_pattern
 from engine import runner
-from history.models import InstanceState, ResultEvent, ReviewCause, Task, WorkflowInstance
+from engine.worker import task_complete
+from history.models import FailureSignature, InstanceState, ResultEvent, ReviewCause, Task, WorkflowInstance
 from history.tenancy import namespace_ensure
 from testkit import states
 from testkit.driver import Engine, task_step
 
 backfill_migration = importlib.import_module("history.migrations.0007_review_cause_backfill")
+signature_backfill = importlib.import_module("history.migrations.0019_failure_signatures")
 
 pytestmark = pytest.mark.django_db
 
@@ -168,3 +173,55 @@ def test_the_backfill_leaves_instances_outside_review_blank(tenancy):
     backfill_migration.backfill(apps, None)
     stored = WorkflowInstance.objects.get(pk=running.pk)
     assert (stored.review_cause, stored.review_step_key, stored.review_since) == ("", "", None)
+
+
+# ---- failure signatures ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("cause", "build", "key"), [p[1:] for p in PATHS], ids=[p[0] for p in PATHS])
+def test_entering_review_records_the_signature_of_its_reason_where_it_happened(tenancy, cause, build, key):
+    with CaptureQueriesContext(connection) as statements:
+        instance = WorkflowInstance.objects.get(pk=build(tenancy).pk)
+    # One statement in the transaction that put it in review, an upsert: nothing read first.
+    touching = [s["sql"] for s in statements.captured_queries if FailureSignature._meta.db_table in s["sql"]]
+    assert len(touching) == 1 and touching[0].startswith("INSERT INTO")
+    signature = FailureSignature.objects.get(pk=instance.failure_signature_id)
+    assert (signature.review_cause, signature.step_key, signature.definition_id) == (cause, key, instance.definition_id)
+    assert (signature.pattern, signature.sample, signature.count) == (
+        error_pattern(instance.review_reason),
+        instance.review_reason,
+        1,
+    )
+    assert signature.first_seen == signature.last_seen == instance.review_since
+
+
+def test_instances_failing_the_same_way_share_a_signature_and_it_leaves_with_the_review(tenancy):
+    engine = _engine(tenancy)
+    definition = engine.define([task_step("charge", max_attempts=1)])
+    instances = [engine.start(definition) for _ in range(3)]
+    engine.settle()
+    for _ in instances:
+        claim = engine.claim()
+        command = {"attempt_id": claim.attempt.id, "outcome": "FAILED", "result": {"error": "declined"}}
+        task_complete(identity=engine.identity, task_id=claim.task.id, command=command | {"retryable": False})
+    engine.settle()
+    stored = WorkflowInstance.objects.filter(pk__in=[i.pk for i in instances])
+    assert {i.state for i in stored} == {InstanceState.NEEDS_REVIEW}
+    assert len({i.failure_signature_id for i in stored}) == 1  # the reasons differ only in their task ids
+    signature = FailureSignature.objects.get()
+    assert signature.count == 3 and signature.first_seen <= signature.last_seen
+    # Leaving review clears the instance's mark; the signature keeps its count.
+    state = states.task_retried_state(tenancy, attempts_used=(1, 2))
+    first = FailureSignature.objects.filter(review_cause=ReviewCause.TASK_FAILED_BUDGET_LEFT, step_key="charge")
+    assert first.exclude(definition_id=definition.id).get().count == 1
+    assert state.instance.failure_signature.review_cause == ReviewCause.TASK_BUDGET_EXHAUSTED
+
+
+def test_the_signature_backfill_marks_the_instances_in_review_and_counts_them(tenancy):
+    reviewed = [states.task_unknown_state(tenancy).instance for _ in range(2)]
+    marks = {i.pk: i.failure_signature_id for i in reviewed}
+    WorkflowInstance.objects.update(failure_signature=None)
+    FailureSignature.objects.all().delete()
+    signature_backfill.backfill(apps, None)
+    assert {i.pk: i.failure_signature_id for i in WorkflowInstance.objects.filter(pk__in=marks)} == marks
+    assert sum(FailureSignature.objects.values_list("count", flat=True)) == 2

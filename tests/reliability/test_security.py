@@ -37,7 +37,9 @@ from history.annotations import note_add
 from history.background import background_process_start
 from history.credentials import credential_issue
 from history.models import BackgroundProcess, Credential, ProcessKind, Scope
+from history.signatures import signature_record
 from history.tenancy import namespace_ensure
+from recovery.decisions import decision_make
 from recovery.operations import OPERATIONS
 from testkit import requests as rq
 from testkit.requests import review as rq_review
@@ -87,6 +89,16 @@ def security_world(tenancy):
     instance = WorkflowInstanceFactory(namespace=namespace, definition=definition, state="NEEDS_REVIEW")
     sibling = WorkflowInstanceFactory(namespace=namespace, definition=definition, state="NEEDS_REVIEW")
     runnable = WorkflowInstanceFactory(namespace=namespace, definition=definition, state="RUNNING")
+    for reviewed, cause in ((instance, "task_outcome_unknown"), (sibling, "wait_expired")):  # two: a second page
+        reviewed.failure_signature_id = signature_record(
+            namespace_id=namespace.id,
+            definition_id=definition.id,
+            step_key="charge",
+            cause=cause,
+            reason=f"{cause} of {reviewed.id}",
+            now=clock.now(),
+        )
+        reviewed.save(update_fields=["failure_signature"])
     activate(step_of(runnable, "charge"))
     activate(step_of(instance, "charge"), state="FAILED", task={"state": "FAILED"})
     charge = activate(step_of(instance, "charge"), task={"state": "LEASED", "attempt_count": 1})
@@ -356,6 +368,7 @@ ENDPOINTS = [
     ],
     Endpoint("v1/workflows", "GET", Scope.READ, "namespace", list_kind="workflows"),
     Endpoint("v1/workflows/review-summary", "GET", Scope.READ, "namespace"),
+    Endpoint("v1/signatures", "GET", Scope.READ, "namespace", list_kind="signatures"),
     Endpoint(
         "v1/workflows",
         "POST",
@@ -554,15 +567,24 @@ def test_another_namespace_or_a_missing_queue_gets_exactly_the_answer_of_a_missi
 
 def test_a_namespace_wide_read_shows_nothing_of_an_instance_hidden_from_the_caller(send, security_world):
     w = security_world
-    query, summary = (e for e in ENDPOINTS if e.guard == "namespace")
+    query, summary, signatures = (e for e in ENDPOINTS if e.guard == "namespace")
     instance = w.ids["instance"]
     assert instance in {item["id"] for item in send(query, _issue(w.namespace)).json()["data"]["items"]}
+    # The signatures of the instance's definition: what made its instances (and its siblings) enter review.
+    definition = models.WorkflowInstance.objects.get(pk=instance).definition_id
+    hidden_signatures = set(
+        models.FailureSignature.objects.filter(definition_id=definition).values_list("id", flat=True)
+    )
+    listed = send(signatures, _issue(w.namespace), path=f"/{signatures.route}?limit=100").json()["data"]["items"]
+    assert hidden_signatures and hidden_signatures <= {item["id"] for item in listed}
     for namespace, queues in HIDDEN_FROM["instance"]:
         token = _issue(getattr(w, namespace), queues=queues)
         with _nothing_written():
             items = send(query, token, path=f"/{query.route}?limit=100").json()["data"]["items"]
             assert instance not in {item["id"] for item in items}, (namespace, queues)
             assert send(summary, token).status_code == 200
+            listed = send(signatures, token, path=f"/{signatures.route}?limit=100").json()["data"]["items"]
+            assert not hidden_signatures & {item["id"] for item in listed}, (namespace, queues)
 
 
 def test_the_background_shows_every_runner_and_only_the_workers_of_the_callers_namespace_and_queues(
@@ -656,6 +678,8 @@ MOVES = {
     # No parent in the path: its binding to the namespace, filters and order is proven in
     # tests/history/test_instance_query.py.
     "workflows": [],
+    # Bound to the namespace: a cursor of another namespace's list is another list's.
+    "signatures": [],
 }
 
 
@@ -761,6 +785,16 @@ def security_console(security_world, security_users):
                 message="m",
             ).id,
             "history.ApprovalPolicy": models.ApprovalPolicy.objects.create(namespace=w.namespace).id,
+            "history.FailureSignature": models.WorkflowInstance.objects.get(pk=w.instance.id).failure_signature_id,
+            "history.Stall": models.Stall.objects.create(
+                namespace=w.namespace,
+                instance=w.instance,
+                reason=models.StallReason.INBOX_WAITING,
+                detail="an inbox record has waited for the runner",
+                since=clock.now(),
+                revision=w.instance.revision,
+                marked_at=clock.now(),
+            ).id,
             "auth.User": security_users.operator.pk,
             "auth.Group": Group.objects.get(name="operators").pk,
         },
@@ -906,6 +940,21 @@ FORMS: dict[str, tuple[str, list, Callable]] = {
         )
         for action in CONTROLS
     },
+    "decide": (
+        "decide",
+        [],
+        lambda state: {
+            "kind": "conclude",
+            "step_key": state.step.key,
+            "expected_revision": str(state.instance.revision),
+            "conclusion": "SUCCEEDED",
+            "result": '{"paid":true}',
+            **REASON,
+            "declaration": "on",
+            "idempotency_key": "admin-decide",
+            "_confirm": "1",
+        },
+    ),
     "signal": (
         "signal",
         [],
@@ -938,7 +987,10 @@ def test_the_swept_forms_are_every_url_the_instance_admin_adds():
     added = {u.name for u in model_admin.get_urls() if u.name and u.name.rsplit("_", 1)[1] not in stock}
     assert added == {f"history_workflowinstance_{kind}" for kind, _, _ in FORMS.values()} | {
         f"history_workflowinstance_{kind}" for kind in READS
-    } | {f"history_workflowinstance_{kind}" for kind in POST_ONLY} | {"history_workflowinstance_proposal"}
+    } | {f"history_workflowinstance_{kind}" for kind in POST_ONLY} | {
+        "history_workflowinstance_proposal",
+        "history_workflowinstance_decision",
+    }
 
 
 # The instance admin's added reads: whoever may view the instance, and 404 outside the operator's reach.
@@ -996,6 +1048,34 @@ def test_a_proposal_page_is_404_outside_the_operator_reach_and_403_without_the_r
     assert client.get(url).status_code == 200
     assert client.post(url, {"_approve": "1", "idempotency_key": "admin-a"}).status_code == 302
     assert models.Proposal.objects.get(pk=proposal_id).state == models.ProposalState.APPROVED
+
+
+def test_a_decision_page_is_404_outside_the_operator_reach_and_answered_only_with_the_recover_permission(
+    client, security_forms
+):
+    state, users = security_forms.state, security_forms.users
+    models.ApprovalPolicy.objects.create(namespace=state.instance.namespace)
+    maker = Identity(state.instance.namespace_id, "6" * 32, frozenset({Scope.RECOVER}), None)
+    command = {
+        "kind": "conclude",
+        "step_key": state.step.key,
+        "expected_revision": str(state.instance.revision),
+        **REASON,
+        "declared": True,
+        "conclusion": "SUCCEEDED",
+        "result": {"paid": True},
+    }
+    decision, _ = decision_make(identity=maker, instance_id=state.instance.id, idempotency_key="d", command=command)
+    url = reverse("admin:history_workflowinstance_decision", args=[state.instance.id, decision.id])
+    approve = {"_approve": "1", "idempotency_key": "admin-a"}
+    with _nothing_written():
+        for name, status in FORM_REFUSALS:
+            client.force_login(getattr(users, name))
+            assert client.get(url).status_code == (status if status == 404 else 200), name
+            assert client.post(url, approve).status_code == status, name
+    client.force_login(users.operator)
+    assert client.post(url, approve).status_code == 302
+    assert models.Decision.objects.get(pk=decision.pk).approval["outcome"] == "APPROVED"
 
 
 # The instance admin's POST-only actions, which redirect back to the instance page with a message.

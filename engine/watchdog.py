@@ -1,0 +1,112 @@
+"""The no-progress watchdog: instances stuck without being in review, each marked with a typed reason.
+
+It never changes the engine's state — the seeds say when an instance enters review — only the marks
+(``history.models.Stall``), beside the instances. Each reason is read from an index and bounded per pass: paused
+instances by (namespace, paused, updated_at), waiting inbox records and continuations by (state, created_at). A
+mark goes when the instance moves (its revision) or, once a reason's candidates were read whole, when the reason no
+longer holds. Registered as the runner's last pass; it counts the marks it changed, so a settled runner settles.
+"""
+
+import datetime as dt
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Min
+
+from core import clock
+from core.ids import new_id
+from core.times import format_time
+from history.models import (
+    Continuation,
+    ContinuationState,
+    InboxRecord,
+    InboxState,
+    InstanceState,
+    Namespace,
+    Stall,
+    StallReason,
+    WorkflowInstance,
+)
+
+# Candidates read per reason and pass: past it, the rest waits for the next pass.
+BATCH = 500
+STUCK_STATES = (InstanceState.RUNNING, InstanceState.CANCELLING)
+
+
+def pass_watchdog() -> int:
+    """Mark the stalled instances, clear the marks of those that moved or no longer stall; the marks changed."""
+    now = clock.now()
+    found: dict[str, tuple[str, str, dt.datetime]] = {}
+    whole: set[str] = set()
+    for reason, candidates in (
+        (StallReason.PAUSED_TOO_LONG, _paused(now)),
+        (StallReason.INBOX_WAITING, _waiting(InboxRecord, InboxState.PENDING, "an inbox record", now)),
+        (StallReason.CONTINUATION_WAITING, _waiting(Continuation, ContinuationState.PENDING, "a continuation", now)),
+    ):
+        if len(candidates) < BATCH:
+            whole.add(reason)
+        for instance_id, (detail, since) in candidates.items():
+            found.setdefault(instance_id, (reason, detail, since))
+    with transaction.atomic():
+        return _marks_sync(found, whole, now)
+
+
+def _paused(now: dt.datetime) -> dict[str, tuple[str, dt.datetime]]:
+    bound = now - dt.timedelta(seconds=settings.WEAVE_STALL_PAUSED_SECONDS)
+    found = {}
+    for namespace_id in Namespace.objects.values_list("id", flat=True):
+        rows = WorkflowInstance.objects.filter(
+            namespace_id=namespace_id, paused=True, updated_at__lt=bound, state__in=STUCK_STATES
+        ).order_by("updated_at", "id")
+        for instance_id, since in rows.values_list("id", "updated_at")[: BATCH - len(found)]:
+            found[instance_id] = (f"paused since {format_time(since)}", since)
+    return found
+
+
+def _waiting(model, pending: str, what: str, now: dt.datetime) -> dict[str, tuple[str, dt.datetime]]:
+    """The instances (not in review) with a ``model`` row pending since before the bound, by its oldest."""
+    bound = now - dt.timedelta(seconds=settings.WEAVE_STALL_WAITING_SECONDS)
+    oldest = (
+        model.objects.filter(state=pending, created_at__lt=bound)
+        .values_list("instance_id")
+        .annotate(since=Min("created_at"))
+        .order_by("since")[:BATCH]
+    )
+    rows = dict(oldest)
+    moving = set(
+        WorkflowInstance.objects.filter(pk__in=list(rows), state__in=STUCK_STATES).values_list("id", flat=True)
+    )
+    return {i: (f"{what} has waited for the runner since {format_time(s)}", s) for i, s in rows.items() if i in moving}
+
+
+def _marks_sync(found: dict, whole: set[str], now: dt.datetime) -> int:
+    revisions = dict(WorkflowInstance.objects.filter(pk__in=list(found)).values_list("id", "revision") if found else [])
+    marks = {stall.instance_id: stall for stall in Stall.objects.select_for_update()}
+    changed = 0
+    moved_or_gone = [
+        stall.pk
+        for instance_id, stall in marks.items()
+        if (instance_id not in found and stall.reason in whole)
+        or (instance_id in revisions and revisions[instance_id] != stall.revision)
+    ]
+    if moved_or_gone:
+        changed += Stall.objects.filter(pk__in=moved_or_gone).delete()[0]
+    kept = {instance_id for instance_id, stall in marks.items() if stall.pk not in moved_or_gone}
+    namespaces = dict(WorkflowInstance.objects.filter(pk__in=list(found)).values_list("id", "namespace_id"))
+    new = [
+        Stall(
+            id=new_id(),
+            namespace_id=namespaces[instance_id],
+            instance_id=instance_id,
+            reason=reason,
+            detail=detail[:512],
+            since=since,
+            revision=revisions[instance_id],
+            marked_at=now,
+        )
+        for instance_id, (reason, detail, since) in found.items()
+        if instance_id not in kept and instance_id in revisions
+    ]
+    # Two runners may mark the same instance in the same moment: the second mark is the first's.
+    Stall.objects.bulk_create(new, ignore_conflicts=True)
+    return changed + len(new)

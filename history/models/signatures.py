@@ -1,0 +1,61 @@
+from django.db import models
+
+from history.models.base import _id_field, _ref
+
+
+class FailureSignature(models.Model):
+    """What made instances enter review, apart from the instances: the error's pattern (``core.signatures``) where
+    it happened — namespace, definition, step, review cause — with its first and last arrival and how many.
+
+    Written by one upsert in the transaction that puts an instance in review (``history.signatures``); the
+    instance names it (``WorkflowInstance.failure_signature``) while it is in review.
+    """
+
+    id = models.CharField(primary_key=True, max_length=32, editable=False)
+    namespace = _ref("Namespace", db_index=False)
+    definition = _ref("WorkflowDefinition", db_index=False)
+    step_key = models.CharField(max_length=64, blank=True)
+    review_cause = models.CharField(max_length=32)
+    pattern = models.CharField(max_length=512)
+    # The review reason of its first arrival, as the engine wrote it.
+    sample = models.CharField(max_length=1024)
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    count = models.PositiveBigIntegerField(default=1)
+
+    class Meta:
+        indexes = [models.Index(fields=["namespace", "last_seen", "id"], name="signature_ns_last_seen")]
+
+    def __str__(self) -> str:
+        return f"{self.review_cause} · {self.step_key or 'instance'} · {self.pattern[:60]}"
+
+
+class StallReason(models.TextChoices):
+    """Why the watchdog (``engine.watchdog``) calls an instance that is not in review stuck."""
+
+    PAUSED_TOO_LONG = "paused_too_long", "paused longer than the bound"
+    INBOX_WAITING = "inbox_waiting", "an inbox record of it waits longer than the bound"
+    CONTINUATION_WAITING = "continuation_waiting", "a continuation of it waits longer than the bound"
+
+
+class Stall(models.Model):
+    """An instance the watchdog found stuck without being in review: a mark beside the engine's rows, never a
+    change of them. It goes when the instance moves (its revision) or the reason no longer holds."""
+
+    id = _id_field()
+    namespace = _ref("Namespace", db_index=False)
+    instance = models.OneToOneField(
+        "WorkflowInstance", on_delete=models.DO_NOTHING, db_constraint=False, related_name="stall"
+    )
+    reason = models.CharField(max_length=32, choices=StallReason.choices)
+    detail = models.CharField(max_length=512)
+    # Since when the reason holds (the pause, the oldest record), and the instance's revision when it was marked.
+    since = models.DateTimeField()
+    revision = models.PositiveBigIntegerField()
+    marked_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["namespace", "reason", "since", "id"], name="stall_ns_reason_since")]
+
+    def __str__(self) -> str:
+        return f"{self.reason} since {self.since:%Y-%m-%d %H:%M} UTC"

@@ -1,0 +1,119 @@
+"""The no-progress watchdog: each reason reached by the engine's own paths, marked, and cleared once the instance
+moves; it never changes the engine's rows."""
+
+import datetime as dt
+
+import pytest
+from django.test import override_settings
+
+from core import clock
+from core.identity import Identity
+from engine import runner
+from engine.instances import instance_pause, instance_resume
+from engine.watchdog import pass_watchdog
+from engine.worker import task_complete
+from history.models import Scope, Stall, StallReason, WorkflowInstance
+from recovery.operations import instance_continue
+from testkit.driver import task_step
+from testkit.states import task_resolved_state, task_unknown_state
+from tests.recovery.digest import history_digest
+
+pytestmark = pytest.mark.django_db
+
+HOUR = dt.timedelta(hours=1)
+
+
+def _control(engine, service, instance) -> None:
+    instance.refresh_from_db()
+    command = {"expected_control_revision": str(instance.control_revision), "reason": "maintenance window"}
+    service(identity=engine.identity, instance_id=instance.id, command=command)
+
+
+def _operator(instance) -> Identity:
+    scopes = frozenset({Scope.RECOVER, Scope.CONTROL, Scope.READ})
+    return Identity(namespace_id=instance.namespace_id, actor_id="d" * 32, scopes=scopes, queues=None)
+
+
+def _marks() -> dict[str, str]:
+    return dict(Stall.objects.values_list("instance_id", "reason"))
+
+
+def _without_marks() -> str:
+    """Every table but the marks: what the watchdog must never change."""
+    saved = list(Stall.objects.all())
+    Stall.objects.all().delete()
+    digest = history_digest()
+    Stall.objects.bulk_create(saved)
+    return digest
+
+
+def _started(engine):
+    instance = engine.start(engine.define([task_step("charge")]))
+    runner.runner_settle()
+    return instance
+
+
+@override_settings(WEAVE_STALL_PAUSED_SECONDS=3600)
+def test_an_instance_paused_past_the_bound_is_marked_and_cleared_by_its_resume(engine):
+    with clock.moved(-2 * HOUR):
+        paused = _started(engine)
+        _control(engine, instance_pause, paused)
+        other = _started(engine)
+        _control(engine, instance_pause, other)
+    # Paused just now: within the bound (no runner pass here: the runner's own watchdog pass would mark the others).
+    _control(engine, instance_pause, engine.start(engine.define([task_step("charge")])))
+    before = history_digest()
+    assert pass_watchdog() == 2
+    assert _marks() == {paused.id: StallReason.PAUSED_TOO_LONG, other.id: StallReason.PAUSED_TOO_LONG}
+    assert _without_marks() == before  # marks only: the engine's rows are as they were
+    assert pass_watchdog() == 0  # nothing new: a settled runner settles
+    _control(engine, instance_resume, paused)
+    assert pass_watchdog() == 1 and _marks() == {other.id: StallReason.PAUSED_TOO_LONG}
+    runner.runner_settle()  # the runner's own pass keeps the marks as they are
+    assert _marks() == {other.id: StallReason.PAUSED_TOO_LONG}
+
+
+@override_settings(WEAVE_STALL_WAITING_SECONDS=300)
+def test_a_result_the_runner_has_not_taken_in_is_marked_until_it_does(engine):
+    with clock.moved(-HOUR):
+        instance = _started(engine)
+        claim = engine.claim()
+        command = {"attempt_id": claim.attempt.id, "outcome": "SUCCEEDED", "result": {"ok": True}}
+        task_complete(identity=engine.identity, task_id=claim.task.id, command=command)
+    assert pass_watchdog() == 1
+    stall = Stall.objects.get()
+    assert (stall.instance_id, stall.reason) == (instance.id, StallReason.INBOX_WAITING)
+    assert "inbox record has waited for the runner since" in stall.detail
+    assert stall.revision == WorkflowInstance.objects.get(pk=instance.id).revision
+    runner.pass_inbox()  # the runner takes the result in: the instance moves
+    assert pass_watchdog() == 1 and _marks() == {}
+
+
+@override_settings(WEAVE_STALL_WAITING_SECONDS=300)
+def test_a_continuation_the_runner_has_not_applied_is_marked_until_it_does(tenancy):
+    with clock.moved(-HOUR):
+        state = task_resolved_state(tenancy)
+        instance = state.instance
+        instance.refresh_from_db()
+        command = {
+            "expected_revision": str(instance.revision),
+            "reason": "resolved",
+            "evidence_ref": "ticket:OPS-1",
+            "review_resolved": True,
+        }
+        instance_continue(identity=_operator(instance), instance_id=instance.id, idempotency_key="c", command=command)
+    assert pass_watchdog() == 1  # Continue left the instance RUNNING with a continuation for the runner
+    assert _marks() == {instance.id: StallReason.CONTINUATION_WAITING}
+    runner.runner_settle()  # the continuations pass applies it, then the watchdog clears the mark
+    assert _marks() == {}
+
+
+@override_settings(WEAVE_STALL_PAUSED_SECONDS=3600)
+def test_an_instance_in_review_is_never_marked(tenancy):
+    with clock.moved(-2 * HOUR):
+        instance = task_unknown_state(tenancy).instance
+        instance.refresh_from_db()
+        command = {"expected_control_revision": str(instance.control_revision), "reason": "maintenance window"}
+        instance_pause(identity=_operator(instance), instance_id=instance.id, command=command)
+    assert WorkflowInstance.objects.get(pk=instance.id).paused
+    assert pass_watchdog() == 0 and _marks() == {}
