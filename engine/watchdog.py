@@ -80,32 +80,36 @@ def _waiting(model, pending: str, what: str, now: dt.datetime) -> dict[str, tupl
 
 
 def _marks_sync(found: dict, whole: set[str], now: dt.datetime) -> int:
-    revisions = dict(WorkflowInstance.objects.filter(pk__in=list(found)).values_list("id", "revision") if found else [])
     marks = {stall.instance_id: stall for stall in Stall.objects.select_for_update()}
-    changed = 0
-    moved_or_gone = [
+    # Every marked or found instance as it is now: a mark whose instance moved goes, whatever its reason.
+    current = {
+        instance_id: (revision, namespace_id)
+        for instance_id, revision, namespace_id in WorkflowInstance.objects.filter(pk__in=[*found, *marks]).values_list(
+            "id", "revision", "namespace_id"
+        )
+    }
+    gone = {
         stall.pk
         for instance_id, stall in marks.items()
         if (instance_id not in found and stall.reason in whole)
-        or (instance_id in revisions and revisions[instance_id] != stall.revision)
-    ]
-    if moved_or_gone:
-        changed += Stall.objects.filter(pk__in=moved_or_gone).delete()[0]
-    kept = {instance_id for instance_id, stall in marks.items() if stall.pk not in moved_or_gone}
-    namespaces = dict(WorkflowInstance.objects.filter(pk__in=list(found)).values_list("id", "namespace_id"))
+        or instance_id not in current
+        or current[instance_id][0] != stall.revision
+    }
+    changed = Stall.objects.filter(pk__in=gone).delete()[0] if gone else 0
+    kept = {instance_id for instance_id, stall in marks.items() if stall.pk not in gone}
     new = [
         Stall(
             id=new_id(),
-            namespace_id=namespaces[instance_id],
+            namespace_id=current[instance_id][1],
             instance_id=instance_id,
             reason=reason,
             detail=detail[:512],
             since=since,
-            revision=revisions[instance_id],
+            revision=current[instance_id][0],
             marked_at=now,
         )
         for instance_id, (reason, detail, since) in found.items()
-        if instance_id not in kept and instance_id in revisions
+        if instance_id not in kept and instance_id in current
     ]
     # Two runners may mark the same instance in the same moment: the second mark is the first's.
     Stall.objects.bulk_create(new, ignore_conflicts=True)
