@@ -74,7 +74,7 @@ def test_a_second_person_approves_on_the_proposal_page_and_the_operation_runs(te
     anna = _logged_in(console_user("anna", "approvers"))
     url = _proposal_url(state.instance.id, proposal.id)
     page = anna.get(url).content.decode()
-    assert 'id="approve"' in page and 'id="consequences"' in page
+    assert 'value="Approve and run Review task" class="default" id="approve"' in page and 'id="consequences"' in page
     done = anna.post(url, {"_approve": "1", "reason": "", "idempotency_key": "admin-approve-1"}, follow=True)
     assert "approved and applied" in done.content.decode()
     assert Task.objects.get(pk=state.task.pk).review_conclusion == "SUCCEEDED"
