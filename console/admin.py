@@ -24,6 +24,7 @@ from django.utils.html import format_html
 # Imported for their registrations: every table but the instances, under the site's headings.
 import console.admins.access  # noqa: F401
 import console.admins.audit  # noqa: F401
+import console.admins.notifications  # noqa: F401
 import console.admins.records  # noqa: F401
 import console.admins.work  # noqa: F401
 from console import actions as bulk_actions

@@ -53,6 +53,8 @@ PURPOSES = {
         "history.Credential",
         "history.Operator",
         "history.ApprovalPolicy",
+        "history.Webhook",
+        "history.WebhookDelivery",
         "auth.User",
         "auth.Group",
     ),

@@ -3,8 +3,10 @@
 import datetime as dt
 import logging
 import os
+import signal
 import socket
 import threading
+from collections.abc import Callable
 
 from django import db
 from django.db import connection
@@ -86,3 +88,35 @@ class ProcessBeat:
                 background_process_beat(process=self.process)
             except db.Error as error:
                 log.warning("%s: the stop was not recorded (%s)", self.process, error.__class__.__name__)
+
+
+def serve_passes(
+    kind: ProcessKind, one_pass: Callable[[], dict[str, int]], *, once: bool, interval: float, write
+) -> None:
+    """A single-threaded background process: ``one_pass`` again and again (waiting ``interval`` after an idle one)
+    until SIGTERM or Ctrl-C, through database outages, with its heartbeat; with ``once``, one pass, its counts
+    written by ``write``."""
+    beat = ProcessBeat(kind)
+
+    def counted() -> dict[str, int]:
+        counts = one_pass()
+        beat.beat(sum(counts.values()))
+        return counts
+
+    if once:
+        beat.start()
+        write(" ".join(f"{name}={count}" for name, count in counted().items()))
+        beat.stop()
+        return
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    outage = Outage(f"weave_{kind}", stopping)
+    outage.run(beat.start)  # missed in an outage, the row is inserted by the first beat written
+    try:
+        while not stopping.is_set():
+            counts = outage.run(counted)
+            if counts is not None and not any(counts.values()):
+                stopping.wait(interval)  # the connection stays open for the next pass
+    except KeyboardInterrupt:
+        pass
+    beat.stop()

@@ -10,12 +10,15 @@ WORKFLOW_PERMISSIONS = {
     "audit": "audit_workflowinstance",
     "annotate": "annotate_workflowinstance",
 }
-# The approvers group alone manages the approval policies (four-eyes approval of recovery operations).
-POLICY_PERMISSIONS = ("add_approvalpolicy", "change_approvalpolicy", "delete_approvalpolicy")
+# The approvers group alone manages the approval policies (four-eyes approval of recovery operations) and the
+# namespace's outgoing webhooks (who is told of new failures, stalls and approval requests).
+MANAGED_PERMISSIONS = tuple(
+    f"{verb}_{model}" for model in ("approvalpolicy", "webhook") for verb in ("add", "change", "delete")
+)
 
 GROUPS = {
     "operators": {"views": "engine", "workflow": ("recover", "control", "signal", "annotate")},
-    "approvers": {"views": "engine", "workflow": ("recover", "annotate"), "manage": POLICY_PERMISSIONS},
+    "approvers": {"views": "engine", "workflow": ("recover", "annotate"), "manage": MANAGED_PERMISSIONS},
     "auditors": {"views": "all", "workflow": ("audit",)},
     "viewers": {"views": "engine", "workflow": ()},
 }

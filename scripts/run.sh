@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The product on the embedded SQLite default: migrate, seed the demo scenarios, serve the admin
 # and the API on 127.0.0.1:$PORT (8000 unset), its static files by WhiteNoise, the metrics on
-# 127.0.0.1:$METRICS_PORT (9108 unset), and run the background (a runner and a worker per demo queue).
+# 127.0.0.1:$METRICS_PORT (9108 unset), and run the background (a runner, a worker per demo queue and the webhook notifier).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +28,7 @@ source scripts/prepare.sh
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 python manage.py weave_metrics --bind "127.0.0.1:$METRICS_PORT" &
 python manage.py weave_runner &
+python manage.py weave_notify &
 python manage.py weave_worker --namespace demo --queue demo-tasks &
 python manage.py weave_worker --namespace demo --queue demo-polls &
 echo "admin: http://127.0.0.1:$PORT/admin/   API: http://127.0.0.1:$PORT/v1/   docs: http://127.0.0.1:$PORT/v1/docs/"

@@ -2,10 +2,8 @@
 
 from django import forms
 from django.contrib import admin
-from django.core.exceptions import PermissionDenied, ValidationError
 
-from console.admins.base import ReadOnlyAdmin, scoped
-from core.identity import identity_of_user
+from console.admins.base import NamespaceSettingAdmin, NamespaceSettingForm, ReadOnlyAdmin
 from history import models
 from recovery.operations import OPERATIONS
 
@@ -42,19 +40,16 @@ class OperatorAdmin(ReadOnlyAdmin):
     list_select_related = ("user", "namespace")
 
 
-class ApprovalPolicyForm(forms.ModelForm):
+class ApprovalPolicyForm(NamespaceSettingForm):
     """A policy of the operator's namespace: a definition name of it (or every one) and an operation (or every one)."""
 
     class Meta:
         model = models.ApprovalPolicy
         fields = ("definition_name", "operation", "approvals_required")
 
-    namespace_id = ""  # set per request by ApprovalPolicyAdmin.get_form
-
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        namespace_id = self.instance.namespace_id = self.namespace_id
-        names = models.WorkflowDefinition.objects.filter(namespace_id=namespace_id).values_list("name", flat=True)
+        names = models.WorkflowDefinition.objects.filter(namespace_id=self.namespace_id).values_list("name", flat=True)
         self.fields["definition_name"] = forms.ChoiceField(
             choices=[("", "every definition"), *((name, name) for name in sorted(set(names)))],
             required=False,
@@ -65,23 +60,13 @@ class ApprovalPolicyForm(forms.ModelForm):
             required=False,
         )
 
-    def validate_unique(self):
-        # namespace is not a form field, so the model form would leave the unique constraint unchecked.
-        try:
-            self.instance.validate_constraints()
-        except ValidationError as error:
-            self._update_errors(error)
-
 
 @admin.register(models.ApprovalPolicy)
-class ApprovalPolicyAdmin(admin.ModelAdmin):
+class ApprovalPolicyAdmin(NamespaceSettingAdmin):
     """Which recovery operations need a second person; the approvers group manages them (its permissions)."""
 
     list_display = ("definition_name_shown", "operation_shown", "approvals_required")
     form = ApprovalPolicyForm
-
-    class Media:
-        css = {"all": ["console/console.css"]}
 
     @admin.display(description="definition", ordering="definition_name")
     def definition_name_shown(self, policy) -> str:
@@ -90,13 +75,3 @@ class ApprovalPolicyAdmin(admin.ModelAdmin):
     @admin.display(description="operation", ordering="operation")
     def operation_shown(self, policy) -> str:
         return OPERATIONS[policy.operation].title if policy.operation else "every operation"
-
-    def get_queryset(self, request):
-        return scoped(request, super().get_queryset(request))
-
-    def get_form(self, request, obj=None, change=False, **kwargs):
-        identity = identity_of_user(request.user)
-        if identity is None:
-            raise PermissionDenied
-        form = super().get_form(request, obj, change, **kwargs)
-        return type(form.__name__, (form,), {"namespace_id": identity.namespace_id})

@@ -1,8 +1,9 @@
-"""What every console table shares: the user's scope, the permission an operator form needs, and the
-read-only admin with a paginator that never counts a whole big table."""
+"""What every console table shares: the user's scope, the permission an operator form needs, the read-only
+admin with a paginator that never counts a whole big table, and the admin of a namespace's own settings."""
 
+from django import forms
 from django.contrib import admin
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.utils.functional import cached_property
 
@@ -74,3 +75,38 @@ class ReadOnlyAdmin(admin.ModelAdmin):
             return self.list_select_related
         foreign_keys = {f.name for f in self.model._meta.fields if f.many_to_one}
         return tuple(name for name in self.list_display if name in foreign_keys)
+
+
+class NamespaceSettingForm(forms.ModelForm):
+    """A setting of the operator's namespace (an approval policy, a webhook): the namespace is the operator's,
+    never a field of the form."""
+
+    namespace_id = ""  # set per request by NamespaceSettingAdmin.get_form
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.instance.namespace_id = self.namespace_id
+
+    def validate_unique(self):
+        # namespace is not a form field, so the model form would leave the unique constraints unchecked.
+        try:
+            self.instance.validate_constraints()
+        except ValidationError as error:
+            self._update_errors(error)
+
+
+class NamespaceSettingAdmin(admin.ModelAdmin):
+    """The admin of a NamespaceSettingForm's rows: those of the user's namespace, edited by an operator only."""
+
+    class Media:
+        css = {"all": ["console/console.css"]}
+
+    def get_queryset(self, request):
+        return scoped(request, super().get_queryset(request))
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        identity = identity_of_user(request.user)
+        if identity is None:
+            raise PermissionDenied
+        form = super().get_form(request, obj, change, **kwargs)
+        return type(form.__name__, (form,), {"namespace_id": identity.namespace_id})

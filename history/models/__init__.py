@@ -12,6 +12,7 @@ from history.models.access import Application, Credential, Namespace, Operator, 
 from history.models.audit import AuditRecord, ExecutionAudit, IdempotencyReceipt, SignalOperation, WorkflowOperation
 from history.models.background import BackgroundProcess, ProcessKind
 from history.models.base import Revision, StateFollowed
+from history.models.notifications import DeliveryState, NotifyWatermark, Webhook, WebhookDelivery, WebhookEvent
 from history.models.records import (
     Continuation,
     ContinuationState,
@@ -73,6 +74,7 @@ __all__ = [
     "ContinuationState",
     "Credential",
     "Decision",
+    "DeliveryState",
     "DecisionState",
     "Disposition",
     "ExecutionAudit",
@@ -87,6 +89,7 @@ __all__ = [
     "InstanceState",
     "Namespace",
     "Note",
+    "NotifyWatermark",
     "Operator",
     "PollRound",
     "ProcessKind",
@@ -114,6 +117,9 @@ __all__ = [
     "Wait",
     "WaitKind",
     "WaitState",
+    "Webhook",
+    "WebhookDelivery",
+    "WebhookEvent",
     "WorkflowDefinition",
     "WorkflowInstance",
     "WorkflowOperation",

@@ -9,6 +9,7 @@ from history.models.base import _id_field, _ref
 class ProcessKind(models.TextChoices):
     RUNNER = "runner"
     WORKER = "worker"
+    NOTIFIER = "notifier"
 
 
 class BackgroundProcess(models.Model):

@@ -24,7 +24,11 @@ class FailureSignature(models.Model):
     count = models.PositiveBigIntegerField(default=1)
 
     class Meta:
-        indexes = [models.Index(fields=["namespace", "last_seen", "id"], name="signature_ns_last_seen")]
+        indexes = [
+            models.Index(fields=["namespace", "last_seen", "id"], name="signature_ns_last_seen"),
+            # The notifier reads the new signatures in the order they appeared (engine.notify).
+            models.Index(fields=["first_seen", "id"], name="signature_first_seen"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.review_cause} · {self.step_key or 'instance'} · {self.pattern[:60]}"
@@ -55,7 +59,10 @@ class Stall(models.Model):
     marked_at = models.DateTimeField()
 
     class Meta:
-        indexes = [models.Index(fields=["namespace", "reason", "since", "id"], name="stall_ns_reason_since")]
+        indexes = [
+            models.Index(fields=["namespace", "reason", "since", "id"], name="stall_ns_reason_since"),
+            models.Index(fields=["marked_at", "id"], name="stall_marked"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.reason} since {self.since:%Y-%m-%d %H:%M} UTC"

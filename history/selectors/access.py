@@ -188,6 +188,8 @@ def visible_rows(queryset: QuerySet, identity: Identity | None) -> QuerySet:
         if identity.queues is None:
             return queryset
         return queryset.filter(definition_id__in=visible_definition_ids(identity))
+    if model is models.WebhookDelivery:
+        return queryset.filter(webhook__namespace_id=identity.namespace_id)
     if hasattr(model, "namespace_id") or any(f.name == "namespace" for f in model._meta.fields):
         return queryset.filter(namespace_id=identity.namespace_id)
     return queryset.none()

@@ -1,4 +1,4 @@
-"""The background's status: its runner and worker processes and how long ago each last finished a pass.
+"""The background's status: its runner, worker and notifier processes and how long ago each last finished a pass.
 
 One query, for the API (GET /v1/background), the console's home and the metrics exporter alike. A process
 is stale when its last beat is older than ``WEAVE_HEARTBEAT_STALE_SECONDS`` by the engine's clock, and
@@ -41,7 +41,7 @@ def background_status(*, identity: Identity | None) -> BackgroundStatus:
     """The processes running or stopped within ``RECENTLY_STOPPED``, the most recent beat first (at most
     ``MAX_PROCESSES``), counted into runners and workers alive and processes stale.
 
-    An identity sees every runner (a runner serves every namespace) and the workers of its own namespace on
+    An identity sees every runner and notifier (each serves every namespace) and the workers of its own namespace on
     queues it may access; None is the operator's view of every process (the metrics exporter).
     """
     now = clock.now()
@@ -51,7 +51,7 @@ def background_status(*, identity: Identity | None) -> BackgroundStatus:
         workers = Q(kind=ProcessKind.WORKER, namespace_id=identity.namespace_id)
         if identity.queues is not None:
             workers &= Q(queue__in=identity.queues)
-        rows = rows.filter(Q(kind=ProcessKind.RUNNER) | workers)
+        rows = rows.filter(Q(kind__in=(ProcessKind.RUNNER, ProcessKind.NOTIFIER)) | workers)
     processes = [
         ProcessStatus(
             process=row,

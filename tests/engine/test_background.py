@@ -116,7 +116,7 @@ def test_the_runner_loop_writes_at_most_one_update_a_pass_and_its_stop(engine, m
         return runner.runner_pass()
 
     monkeypatch.setattr(weave_runner, "runner_pass", a_second_each)
-    monkeypatch.setattr(weave_runner.threading, "Event", _stopping_after(3))
+    monkeypatch.setattr(background.threading, "Event", _stopping_after(3))
     with CaptureQueriesContext(connection) as captured:
         call_command("weave_runner", "--interval", "0.01")
     table = BackgroundProcess._meta.db_table

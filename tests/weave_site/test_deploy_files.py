@@ -42,6 +42,7 @@ def test_every_systemd_unit_verifies_without_a_word(tmp_path):
         "weave-runner@0.service",
         "weave-worker@payments.service",
         "weave-metrics.service",
+        "weave-notify.service",
     }
     # systemd-analyze only warns (exit 0) about a directive it cannot parse: any output is a failure.
     result = subprocess.run(["systemd-analyze", "verify", *map(str, units)], capture_output=True, text=True)
@@ -60,7 +61,7 @@ def test_a_unit_systemd_cannot_read_is_reported(tmp_path):
 
 def test_every_procfile_process_runs_a_command_that_exists():
     processes = parse_procfile((ROOT / "Procfile").read_text()).processes
-    assert {"web", "runner", "metrics"} <= set(processes) and any(p.startswith("worker") for p in processes)
+    assert {"web", "runner", "notify", "metrics"} <= set(processes) and any(p.startswith("worker") for p in processes)
     commands = get_commands()
     for name, line in processes.items():
         assert line.startswith("exec "), name  # else a shell stands between honcho's signal and the process

@@ -1,9 +1,6 @@
-import signal
-import threading
-
 from django.core.management.base import BaseCommand, CommandError
 
-from engine.background import Outage, ProcessBeat
+from engine.background import serve_passes
 from engine.runner import runner_pass
 from history.models import ProcessKind
 
@@ -21,31 +18,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if options["interval"] <= 0:
             raise CommandError("--interval: must be positive")
-        beat = ProcessBeat(ProcessKind.RUNNER)
-
-        def one_pass() -> dict:
-            counts = runner_pass()
-            beat.beat(sum(counts.values()))
-            return counts
-
-        if options["once"]:
-            beat.start()
-            counts = one_pass()
-            self.stdout.write(" ".join(f"{name}={count}" for name, count in counts.items()))
-            beat.stop()
-            return
-        stopping = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-        outage = Outage("weave_runner", stopping)
-        outage.run(beat.start)  # missed in an outage, the row is inserted by the first beat written
-        try:
-            while not stopping.is_set():
-                # A busy pass logs what it handled (engine.runner); an idle one says nothing.
-                counts = outage.run(one_pass)
-                if counts is None:
-                    continue
-                if not any(counts.values()):
-                    stopping.wait(options["interval"])  # the connection stays open for the next pass
-        except KeyboardInterrupt:
-            pass
-        beat.stop()
+        # A busy pass logs what it handled (engine.runner); an idle one says nothing.
+        serve_passes(
+            ProcessKind.RUNNER, runner_pass, once=options["once"], interval=options["interval"], write=self.stdout.write
+        )
