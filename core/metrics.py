@@ -24,6 +24,19 @@ RECOVERY_OPERATIONS = Counter(
     "Recovery operations, by operation and outcome (or refusal code).",
     ["operation", "outcome"],
 )
+# Who repaired what, per definition version and step: the steps the engine started, and the recovery operations
+# committed on them ($root: the instance as a whole). Repairs over runs is the human-repair rate of a step.
+# Their series are bounded by the definitions' steps, never by instances.
+STEP_RUNS = Counter(
+    "weave_step_runs",
+    "Steps the engine started (their first activation), by definition, version and step.",
+    ["definition", "version", "step"],
+)
+STEP_REPAIRS = Counter(
+    "weave_step_repairs",
+    "Recovery operations committed, by definition, version, step ($root for the instance) and operation.",
+    ["definition", "version", "step", "operation"],
+)
 HTTP_REQUESTS = Counter("weave_http_requests", "HTTP answers of the server, by status code.", ["status"])
 HTTP_REQUEST_SECONDS = Histogram(
     "weave_http_request_duration_seconds",

@@ -2,8 +2,11 @@
 
 import datetime as dt
 
+from django.db import transaction
+
 from core import clock, exactjson
 from core.ids import ROOT_STEP_KEY
+from core.metrics import STEP_RUNS, count
 from engine.activation import step_activate
 from engine.quota import Quota, quota_of
 from engine.state import gate_sync, touch
@@ -59,6 +62,9 @@ def instance_advance(
                 continue
             if not step_activate(locks=locks, quota=quota, instance=instance, gate=gate, step=step, spec=spec):
                 complete = False
+                continue
+            labels = (definition.name, str(definition.version), spec["key"])
+            transaction.on_commit(lambda labels=labels: count(STEP_RUNS, *labels))
             started = started or step.state == StepState.SUCCEEDED
     if instance.state != InstanceState.RUNNING:
         return complete

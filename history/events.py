@@ -46,6 +46,8 @@ class Actor:
     kind: str  # engine | worker | client | operator
     id: str = ""
     operation_id: str = ""
+    # The recovery operation (retry-step, resolve-step, …) whose writes these are: a state a person produced.
+    repair: str = ""
 
 
 _ENGINE_ACTOR = Actor(ENGINE)
@@ -53,9 +55,9 @@ _actor: contextvars.ContextVar[Actor | None] = contextvars.ContextVar("weave_eve
 
 
 @contextlib.contextmanager
-def acting(kind: str, actor_id: str, *, operation_id: str = "") -> Iterator[Actor]:
-    """Every event written inside is attributed to this actor (and operation, when there is one)."""
-    actor = Actor(kind, actor_id, operation_id)
+def acting(kind: str, actor_id: str, *, operation_id: str = "", repair: str = "") -> Iterator[Actor]:
+    """Every event written inside is attributed to this actor (and operation, and repair, when there is one)."""
+    actor = Actor(kind, actor_id, operation_id, repair)
     token = _actor.set(actor)
     try:
         yield actor
@@ -63,10 +65,12 @@ def acting(kind: str, actor_id: str, *, operation_id: str = "") -> Iterator[Acto
         _actor.reset(token)
 
 
-def acting_for(identity: Identity, *, operation_id: str = "") -> contextlib.AbstractContextManager[Actor]:
+def acting_for(
+    identity: Identity, *, operation_id: str = "", repair: str = ""
+) -> contextlib.AbstractContextManager[Actor]:
     """``acting`` for whoever holds ``identity``: an API credential is a client, an admin user an operator."""
     kind = CLIENT if identity.credential_id is not None else OPERATOR
-    return acting(kind, identity.actor_id, operation_id=operation_id)
+    return acting(kind, identity.actor_id, operation_id=operation_id, repair=repair)
 
 
 # subject type of each followed model; audits share one subject type.
@@ -287,6 +291,7 @@ def event_append(
         actor_id=actor.id,
         operation_id=operation_id or actor.operation_id,
         audit_id=audit_id,
+        repair=actor.repair,
         **fields,
     )
     batch = _batch.get()

@@ -33,9 +33,9 @@ from django.db import transaction
 from core import clock, exactjson
 from core.errors import Aborted, Unauthenticated, WeaveError
 from core.identity import Identity
-from core.ids import new_id
+from core.ids import ROOT_STEP_KEY, new_id
 from core.logs import log_context
-from core.metrics import RECOVERY_OPERATIONS, count
+from core.metrics import RECOVERY_OPERATIONS, STEP_REPAIRS, count
 from engine.state import instance_control_touch
 from history import idempotency
 from history.audits import audit_write, instance_snapshot
@@ -386,7 +386,7 @@ def _apply(ctx: Context, operation: Operation, command, plan: Plan, row, *, prop
     before = instance_snapshot(instance, gate)
     operation_id = new_id()
     # Every event of the operation's writes names its actor and operation.
-    with acting_for(identity, operation_id=operation_id):
+    with acting_for(identity, operation_id=operation_id, repair=operation.name):
         effect = operation.apply(ctx, command, plan, operation_id=operation_id)
         instance_control_touch(instance=instance, now=ctx.now)
         audit = audit_write(
@@ -425,6 +425,8 @@ def _apply(ctx: Context, operation: Operation, command, plan: Plan, row, *, prop
             data["proposal_id"] = proposal.id
         receipt = receipt_freeze(row=row, data=data)
         operation.publish(ctx, plan)
+    labels = (ctx.definition.name, str(ctx.definition.version), effect.step_key or ROOT_STEP_KEY, operation.name)
+    transaction.on_commit(lambda: count(STEP_REPAIRS, *labels))
     return receipt
 
 

@@ -100,6 +100,11 @@ class EventItem(serializers.Serializer):
     actor = EventActor()
     operation_id = IdField(required=False)
     audit_id = IdField(required=False)
+    repair = serializers.CharField(
+        required=False,
+        help_text="the recovery operation that made this change (retry-step, resolve-step, …): a state a person "
+        "produced, not the engine by itself; absent otherwise",
+    )
     reconstructed = serializers.BooleanField(help_text="rebuilt from the rows that existed before the timeline")
     created_at = TimeField()
     links = EventLinks(help_text="paths of the detail reads; no payload is part of an event")
@@ -117,6 +122,7 @@ def event_item(event: InstanceEvent) -> dict:
     data["actor"] = actor
     optional(data, "operation_id", event.operation_id)
     optional(data, "audit_id", event.audit_id)
+    optional(data, "repair", event.repair)
     data["reconstructed"] = event.reconstructed
     data["created_at"] = format_time(event.created_at)
     data["links"] = event_links(event)

@@ -242,6 +242,9 @@ class InstanceEvent(models.Model):
     actor_id = models.CharField(max_length=128, blank=True)
     operation_id = models.CharField(max_length=32, blank=True)
     audit_id = models.CharField(max_length=32, blank=True)
+    # The recovery operation that wrote it (retry-step, resolve-step, …): a state a person produced, not the
+    # engine by itself. Blank otherwise; the database's default too, for rows written in bulk.
+    repair = models.CharField(max_length=32, blank=True, default="", db_default="")
     reconstructed = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=clock.now)
 

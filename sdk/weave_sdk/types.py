@@ -264,6 +264,7 @@ class WorkflowEvent:
     detail: str | None = None
     operation_id: str | None = None
     audit_id: str | None = None
+    repair: str | None = None  # the recovery operation that made this change: a state a person produced
 
 
 @model

@@ -3,12 +3,15 @@
 import pytest
 from django.db import connection
 
+from engine import runner
 from history.credentials import credential_issue
 from history.events import KINDS
 from history.models import InstanceEvent, Scope
 from history.selectors.access import INSTANCE_NOT_FOUND
 from history.selectors.events import MAX_SEQUENCE, EventFilters, event_queryset
 from history.tenancy import namespace_ensure
+from recovery.operations import instance_continue, step_retry
+from testkit import requests as rq
 from testkit import states
 from tests.conftest import bearer, error_of
 
@@ -22,6 +25,7 @@ ITEM_KEYS = {
     "actor",
     "operation_id",
     "audit_id",
+    "repair",
     "reconstructed",
     "created_at",
     "links",
@@ -260,6 +264,29 @@ def test_an_item_has_no_payload_and_leaves_out_what_it_has_no_value_for(reviewed
     review = next(item for item in items if item["kind"] == "instance.state" and item["after"] == "NEEDS_REVIEW")
     stored = InstanceEvent.objects.get(instance=reviewed.instance, sequence=review["sequence"])
     assert (review["before"], review.get("detail")) == (stored.before, stored.detail or None)
+
+
+def test_the_changes_a_repair_made_are_marked_with_its_operation_and_the_engines_are_not(tenancy, events_of):
+    """Who repaired what: every event the operator's RetryStep and Continue wrote names its operation; the engine's
+    and the worker's own, before and after (the failure, the retried task's claim), name none."""
+    state = states.task_failed_state(tenancy)
+    engine = states._engine(tenancy)
+    retried = rq.run(step_retry, engine.identity, state, rq.retry(state), key="retry")
+    continued = rq.run(instance_continue, engine.identity, state, rq.continue_(state), key="continue")
+    runner.runner_settle()
+    engine.work()
+    items = _all_pages(events_of, state)
+    repairs = {(item["repair"], item["operation_id"]) for item in items if "repair" in item}
+    assert repairs == {("retry-step", retried.data["operation_id"]), ("continue", continued.data["operation_id"])}
+    retry_kinds = {item["kind"] for item in items if item.get("repair") == "retry-step"}
+    assert {"activation.created", "task.created", "audit.created"} <= retry_kinds
+    last_repair = max(item["sequence"] for item in items if "repair" in item)
+    natural = {(item["kind"], item.get("after"), item["actor"]["kind"]) for item in items if "repair" not in item}
+    assert ("task.state", "FAILED", "worker") in natural and ("instance.state", "NEEDS_REVIEW", "engine") in natural
+    later = [item for item in items if item["sequence"] > last_repair]
+    # The retried task, claimed by a worker after the repairs: its own change, not one a person made.
+    assert any(item["kind"] == "task.state" and item["after"] == "LEASED" for item in later)
+    assert all("repair" not in item for item in later)
 
 
 def _links(items) -> dict[str, dict]:

@@ -143,3 +143,15 @@ def test_the_page_query_count_does_not_grow_with_the_timeline(tenancy, client, c
     assert InstanceEvent.objects.filter(instance=large.instance).count() > 3 * EVENTS_PER_PAGE
     client.force_login(console_user("olga", "operators"))
     assert _page_queries(client, small) == _page_queries(client, large)
+
+
+def test_the_rows_a_repair_wrote_carry_its_badge_and_no_other_does(retried, page_of):
+    html = "".join(page_of(retried, f"?before={before}") for before in (10**6, EVENTS_PER_PAGE + 1))
+    badges = {
+        int(sequence): re.findall(r"repair: ([a-z-]+)</span>", row)
+        for sequence, row in re.findall(r'<tr data-event="(\d+)"(.*?)</tr>', html, re.S)
+    }
+    stored = dict(InstanceEvent.objects.filter(instance=retried.instance).values_list("sequence", "repair"))
+    assert set(badges) == set(stored)  # the two pages hold the whole timeline
+    assert {sequence: (found[0] if found else "") for sequence, found in badges.items()} == stored
+    assert {"retry-step", "continue"} <= set(stored.values())

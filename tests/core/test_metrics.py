@@ -258,3 +258,32 @@ def test_the_heartbeat_age_is_a_gauge_per_process_not_stopped(db):
     worker_labels = (("host", "node-2"), ("kind", "worker"), ("pid", "12"), ("queue", "payments"))
     assert set(ages) == {runner_labels, worker_labels}
     assert 5 <= ages[runner_labels] < 90 <= ages[worker_labels]
+
+
+def test_the_human_repair_rate_counts_steps_started_and_the_repairs_made_on_them(
+    tenancy, issue_token, django_capture_on_commit_callbacks
+):
+    """Runs and repairs per definition version and step; a preview, a proposal and a replay repair nothing."""
+    recoverer = identity_of_credential(issue_token(scopes=[Scope.RECOVER]).credential)
+    # Instances of one shape share a definition name across tests: each count is read as a difference.
+    before = _samples(metrics_text(REGISTRY))
+    with django_capture_on_commit_callbacks(execute=True):
+        state = task_failed_state(tenancy)
+    definition, (step_key,) = state.definition, [key for key in state.steps if key != "$root"]
+    labels = {"definition": definition.name, "version": str(definition.version), "step": step_key}
+    repairs = {**labels, "operation": "retry-step"}
+
+    def counted(name: str, **labels) -> float:
+        return _value(name, **labels) - before.get((name, tuple(sorted(labels.items()))), 0.0)
+
+    assert counted("weave_step_runs_total", **labels) == 1
+    command = rq.retry(state)
+    operation_consequences(identity=recoverer, operation="retry-step", instance_id=state.instance.id, command=command)
+    assert counted("weave_step_repairs_total", **repairs) == 0
+    for _ in range(2):  # the second is a replay of the first
+        with django_capture_on_commit_callbacks(execute=True):
+            OPERATIONS["retry-step"].service(
+                identity=recoverer, instance_id=state.instance.id, idempotency_key="fix", command=command
+            )
+    assert counted("weave_step_repairs_total", **repairs) == 1
+    assert counted("weave_step_runs_total", **labels) == 1  # a retry is a repair, not a run the engine started
