@@ -8,6 +8,7 @@ failing transaction knows it without reading anything.
 """
 
 import hashlib
+import json
 import re
 
 MAX_PATTERN = 512
@@ -36,6 +37,26 @@ def error_pattern(text: str) -> str:
     for varying in _VARYING:
         text = varying.sub(PLACEHOLDER, text)
     return _SPACES.sub(" ", text).strip()[:MAX_PATTERN]
+
+
+def result_pattern(text: str) -> str:
+    """The pattern of a failed attempt's reported result (exact JSON): each string in it as ``error_pattern`` makes
+    it, each number a placeholder, the keys kept, so the message is the failure, not the whole quoted document."""
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return error_pattern(text)
+
+    def walk(value):
+        if isinstance(value, dict):
+            return {key: walk(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [walk(item) for item in value]
+        if isinstance(value, str):
+            return error_pattern(value)
+        return PLACEHOLDER if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+    return json.dumps(walk(document), sort_keys=True, ensure_ascii=False)[:MAX_PATTERN]
 
 
 def signature_id(*, namespace_id: str, definition_id: str, step_key: str, cause: str, pattern: str) -> str:

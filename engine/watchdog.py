@@ -2,7 +2,8 @@
 
 It never changes the engine's state — the seeds say when an instance enters review — only the marks
 (``history.models.Stall``), beside the instances. Each reason is read from an index and bounded per pass: paused
-instances by (namespace, paused, updated_at), waiting inbox records and continuations by (state, created_at). A
+instances by (namespace, paused, updated_at), waiting inbox records and continuations by (state, created_at), tasks
+retried again and again by (state, attempt_count). A
 mark goes when the instance moves (its revision) or, once a reason's candidates were read whole, when the reason no
 longer holds. Registered as the runner's last pass; it counts the marks it changed, so a settled runner settles.
 """
@@ -15,8 +16,11 @@ from django.db.models import Min
 
 from core import clock
 from core.ids import new_id
+from core.signatures import result_pattern
 from core.times import format_time
 from history.models import (
+    Attempt,
+    AttemptState,
     Continuation,
     ContinuationState,
     InboxRecord,
@@ -25,6 +29,8 @@ from history.models import (
     Namespace,
     Stall,
     StallReason,
+    Task,
+    TaskState,
     WorkflowInstance,
 )
 
@@ -38,12 +44,13 @@ def pass_watchdog() -> int:
     now = clock.now()
     found: dict[str, tuple[str, str, dt.datetime]] = {}
     whole: set[str] = set()
-    for reason, candidates in (
+    for reason, (candidates, read_whole) in (
         (StallReason.PAUSED_TOO_LONG, _paused(now)),
         (StallReason.INBOX_WAITING, _waiting(InboxRecord, InboxState.PENDING, "an inbox record", now)),
         (StallReason.CONTINUATION_WAITING, _waiting(Continuation, ContinuationState.PENDING, "a continuation", now)),
+        (StallReason.RETRYING_SAME_FAILURE, _retrying()),
     ):
-        if len(candidates) < BATCH:
+        if read_whole:
             whole.add(reason)
         for instance_id, (detail, since) in candidates.items():
             found.setdefault(instance_id, (reason, detail, since))
@@ -51,7 +58,12 @@ def pass_watchdog() -> int:
         return _marks_sync(found, whole, now)
 
 
-def _paused(now: dt.datetime) -> dict[str, tuple[str, dt.datetime]]:
+# What a reason's reader returns: the instances found, each with its detail and since when, and whether it read
+# every candidate (fewer than BATCH): only then may a mark of that reason whose instance it did not find go.
+Found = tuple[dict[str, tuple[str, dt.datetime]], bool]
+
+
+def _paused(now: dt.datetime) -> Found:
     bound = now - dt.timedelta(seconds=settings.WEAVE_STALL_PAUSED_SECONDS)
     found = {}
     for namespace_id in Namespace.objects.values_list("id", flat=True):
@@ -60,10 +72,10 @@ def _paused(now: dt.datetime) -> dict[str, tuple[str, dt.datetime]]:
         ).order_by("updated_at", "id")
         for instance_id, since in rows.values_list("id", "updated_at")[: BATCH - len(found)]:
             found[instance_id] = (f"paused since {format_time(since)}", since)
-    return found
+    return found, len(found) < BATCH
 
 
-def _waiting(model, pending: str, what: str, now: dt.datetime) -> dict[str, tuple[str, dt.datetime]]:
+def _waiting(model, pending: str, what: str, now: dt.datetime) -> Found:
     """The instances (not in review) with a ``model`` row pending since before the bound, by its oldest."""
     bound = now - dt.timedelta(seconds=settings.WEAVE_STALL_WAITING_SECONDS)
     oldest = (
@@ -72,11 +84,38 @@ def _waiting(model, pending: str, what: str, now: dt.datetime) -> dict[str, tupl
         .annotate(since=Min("created_at"))
         .order_by("since")[:BATCH]
     )
-    rows = dict(oldest)
-    moving = set(
-        WorkflowInstance.objects.filter(pk__in=list(rows), state__in=STUCK_STATES).values_list("id", flat=True)
+    found = {i: (f"{what} has waited for the runner since {format_time(s)}", s) for i, s in oldest}
+    return _outside_review(found), len(found) < BATCH
+
+
+def _retrying() -> Found:
+    """The instances (not in review) with a task queued again after its last WEAVE_STALL_RETRIES attempts failed
+    with one failure pattern (``core.signatures``): retrying will not help. Read from the queued tasks with that
+    many attempts (an index range), then their attempts."""
+    retries = settings.WEAVE_STALL_RETRIES
+    tasks = dict(
+        Task.objects.filter(state=TaskState.QUEUED, attempt_count__gte=retries)
+        .order_by("-attempt_count", "id")
+        .values_list("id", "source_instance_id")[:BATCH]
     )
-    return {i: (f"{what} has waited for the runner since {format_time(s)}", s) for i, s in rows.items() if i in moving}
+    attempts: dict[str, list] = {}
+    rows = Attempt.objects.filter(task_id__in=list(tasks)).order_by("task_id", "-number")
+    for task_id, state, result, finished in rows.values_list("task_id", "state", "result", "finished_at"):
+        attempts.setdefault(task_id, []).append((state, result, finished))
+    found = {}
+    for task_id, last in attempts.items():
+        last = last[:retries]
+        patterns = {result_pattern(result or "") for _, result, _ in last}
+        if len(last) == retries and {state for state, _, _ in last} == {AttemptState.FAILED} and len(patterns) == 1:
+            since = last[-1][2]
+            found[tasks[task_id]] = (f"task {task_id} failed {retries} attempts in a row with {patterns.pop()}", since)
+    return _outside_review(found), len(tasks) < BATCH
+
+
+def _outside_review(found: dict[str, tuple[str, dt.datetime]]) -> dict[str, tuple[str, dt.datetime]]:
+    """``found`` without the instances in review or ended: only those the engine still means to move."""
+    moving = WorkflowInstance.objects.filter(pk__in=list(found), state__in=STUCK_STATES).values_list("id", flat=True)
+    return {instance_id: found[instance_id] for instance_id in moving}
 
 
 def _marks_sync(found: dict, whole: set[str], now: dt.datetime) -> int:

@@ -274,6 +274,8 @@ WEAVE_PROPOSAL_TTL_SECONDS = _env_positive("WEAVE_PROPOSAL_TTL_SECONDS", 24 * 36
 # record or continuation of it waiting this long for the runner.
 WEAVE_STALL_PAUSED_SECONDS = _env_positive("WEAVE_STALL_PAUSED_SECONDS", 4 * 3600)
 WEAVE_STALL_WAITING_SECONDS = _env_positive("WEAVE_STALL_WAITING_SECONDS", 300)
+# … or a task of it queued again after failing this many attempts in a row with one failure pattern.
+WEAVE_STALL_RETRIES = _env_positive("WEAVE_STALL_RETRIES", 5)
 # Outgoing webhooks (engine/notify.py): a failed delivery is retried after this many seconds, doubled each time
 # (at most an hour), up to this many attempts in all (the default spans about an hour and a half).
 WEAVE_WEBHOOK_RETRY_SECONDS = _env_positive("WEAVE_WEBHOOK_RETRY_SECONDS", 10)

@@ -40,6 +40,7 @@ class StallReason(models.TextChoices):
     PAUSED_TOO_LONG = "paused_too_long", "paused longer than the bound"
     INBOX_WAITING = "inbox_waiting", "an inbox record of it waits longer than the bound"
     CONTINUATION_WAITING = "continuation_waiting", "a continuation of it waits longer than the bound"
+    RETRYING_SAME_FAILURE = "retrying_same_failure", "a task of it failed the same way on its last attempts"
 
 
 class Stall(models.Model):

@@ -315,6 +315,8 @@ class Task(StateFollowed):
             models.Index(fields=["source_instance", "state"], name="task_source_instance_state"),
             models.Index(fields=["namespace", "state", "updated_at"], name="task_ns_state_updated"),
             models.Index(fields=["namespace", "created_at"], name="task_ns_created"),
+            # The watchdog's tasks retried many times (engine.watchdog): a short range of the queued ones.
+            models.Index(fields=["state", "attempt_count"], name="task_state_attempts"),
         ]
 
     def __str__(self) -> str:

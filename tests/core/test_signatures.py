@@ -1,13 +1,14 @@
 """Failure signatures: errors that differ only in their ids, numbers and times share a pattern; others do not."""
 
 import datetime as dt
+import json
 import string
 import uuid
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.signatures import MAX_PATTERN, error_pattern, signature_id
+from core.signatures import MAX_PATTERN, error_pattern, result_pattern, signature_id
 
 # Message words: letters only, so a word is never read as an id or a number.
 words = st.lists(st.text(alphabet=string.ascii_lowercase + " ", min_size=1, max_size=12), min_size=1, max_size=4)
@@ -55,3 +56,27 @@ def test_a_signature_is_where_and_what():
     assert key == signature_id(**where, pattern="timeout") and len(key) == 32
     assert key != signature_id(**where | {"step_key": "refund"}, pattern="timeout")
     assert key != signature_id(**where, pattern="declined")
+
+
+@given(words, st.data(), st.integers(min_value=0, max_value=10**9))
+def test_reported_results_that_differ_only_in_their_varying_parts_share_a_pattern(parts, data, amount):
+    first = data.draw(st.lists(variants, min_size=len(parts), max_size=len(parts)))
+    second = data.draw(st.lists(variants, min_size=len(parts), max_size=len(parts)))
+    one = json.dumps({"error": _message(parts, first), "amount": amount})
+    other = json.dumps({"amount": amount + 1, "error": _message(parts, second)})
+    assert result_pattern(one) == result_pattern(other)
+
+
+@given(words, words)
+def test_reported_results_with_different_messages_do_not_share_a_pattern(first, second):
+    """A message holding a number stays its words: the result is not one quoted value to the patterns."""
+    one, other = " ".join(first).split(), " ".join(second).split()
+    if one != other:
+        assert result_pattern(json.dumps({"error": f"{' '.join(first)} 42"})) != result_pattern(
+            json.dumps({"error": f"{' '.join(second)} 42"})
+        )
+
+
+def test_a_result_that_is_not_json_is_patterned_as_text():
+    assert result_pattern("timeout after 30 s") == error_pattern("timeout after 30 s") == "timeout after <*> s"
+    assert result_pattern('{"ok": true, "code": null}') == '{"code": null, "ok": true}'

@@ -12,7 +12,7 @@ from engine import runner
 from engine.instances import instance_pause, instance_resume
 from engine.watchdog import pass_watchdog
 from engine.worker import task_complete
-from history.models import Scope, Stall, StallReason, WorkflowInstance
+from history.models import Attempt, Scope, Stall, StallReason, Task, TaskState, WorkflowInstance
 from recovery.operations import instance_continue
 from testkit.driver import task_step
 from testkit.states import task_resolved_state, task_unknown_state
@@ -117,3 +117,43 @@ def test_an_instance_in_review_is_never_marked(tenancy):
         instance_pause(identity=_operator(instance), instance_id=instance.id, command=command)
     assert WorkflowInstance.objects.get(pk=instance.id).paused
     assert pass_watchdog() == 0 and _marks() == {}
+
+
+def _failed_attempt(engine, error: str, queue: str = "payments") -> None:
+    claim = engine.claim(queue)
+    command = {"attempt_id": claim.attempt.id, "outcome": "FAILED", "result": {"error": error}, "retryable": True}
+    task_complete(identity=engine.identity, task_id=claim.task.id, command=command)
+    runner.runner_settle()
+
+
+@override_settings(WEAVE_STALL_RETRIES=3)
+def test_a_task_failing_the_same_way_attempt_after_attempt_is_marked_until_an_attempt_succeeds(engine):
+    instance = engine.start(engine.define([task_step("charge", max_attempts=10)]))
+    other = engine.start(engine.define([task_step("charge", max_attempts=10, queue="polls")]))
+    runner.runner_settle()
+    for number in range(3):  # the same failure, its ids and amounts aside
+        _failed_attempt(engine, f"card 42{number}7 declined: amount {number * 10}.50")
+    # The other instance's task failed three times too, each time differently: retrying may yet help.
+    for error in ("card declined", "gateway timeout", "insufficient funds"):
+        _failed_attempt(engine, error, queue="polls")
+    task = Task.objects.get(source_instance=instance)
+    assert (task.state, task.attempt_count) == (TaskState.QUEUED, 3)  # retried: not in review
+    # The runner's own watchdog pass, after the third failure, marked it.
+    assert _marks() == {instance.id: StallReason.RETRYING_SAME_FAILURE}
+    Stall.objects.all().delete()
+    before = history_digest()
+    assert pass_watchdog() == 1 and _marks() == {instance.id: StallReason.RETRYING_SAME_FAILURE}
+    assert _without_marks() == before
+    stall = Stall.objects.get()
+    assert (
+        stall.detail == f'task {task.id} failed 3 attempts in a row with {{"error": "card <*> declined: amount <*>"}}'
+    )
+    assert stall.since == Attempt.objects.get(task=task, number=1).finished_at
+    assert pass_watchdog() == 0  # still the same: the mark stays
+    claim = engine.claim()
+    assert claim.task.id == task.id
+    command = {"attempt_id": claim.attempt.id, "outcome": "SUCCEEDED", "result": {"ok": True}}
+    task_complete(identity=engine.identity, task_id=claim.task.id, command=command)
+    runner.runner_settle()  # the runner's own watchdog pass clears the mark
+    assert _marks() == {} and WorkflowInstance.objects.get(pk=instance.id).state == "SUCCEEDED"
+    assert other.id not in _marks()
