@@ -29,6 +29,7 @@ import console.admins.records  # noqa: F401
 import console.admins.work  # noqa: F401
 from console import actions as bulk_actions
 from console.admins.base import PERMISSIONS, ReadOnlyAdmin, operator_identity
+from console.admins.cases import case_from_selection
 from console.attention import ACTIONS as ATTENTION_ACTIONS
 from console.attention import attention_context, attention_post, may_annotate
 from console.audit import actor_names
@@ -272,11 +273,11 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
 
     @property
     def actions(self):
-        """The bulk actions' names, one per operation that has one, read from OPERATIONS when asked."""
-        return list(bulk_actions.bulk_actions())
+        """The bulk actions' names, one per operation that has one, read from OPERATIONS when asked, and a case."""
+        return [*bulk_actions.bulk_actions(), "case_from_selection"]
 
     def get_action(self, action):
-        func = bulk_actions.bulk_actions().get(action)
+        func = {**bulk_actions.bulk_actions(), "case_from_selection": case_from_selection}.get(action)
         if func is None:
             return super().get_action(action)
         return func, action, func.short_description
@@ -403,6 +404,10 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
     # What the bulk actions' ``permissions=["recover"]`` asks (``console/actions.py``).
     def has_recover_permission(self, request) -> bool:
         return request.user.has_perm(PERMISSIONS["recover"])
+
+    # What opening a case from a selection asks (``console/admins/cases.py``).
+    def has_annotate_permission(self, request) -> bool:
+        return may_annotate(request.user) and identity_of_user(request.user) is not None
 
     def _instance_url(self, instance_id: str) -> str:
         return reverse("admin:history_workflowinstance_change", args=[instance_id])

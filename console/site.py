@@ -27,6 +27,7 @@ PURPOSES = {
         "history.Incident",
         "history.FailureSignature",
         "history.Stall",
+        "console.Case",
         "history.WorkflowDefinition",
     ),
     "Engine records": (

@@ -77,6 +77,13 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return tuple(name for name in self.list_display if name in foreign_keys)
 
 
+class HttpsURLField(forms.URLField):
+    """A URL typed without a scheme is taken as https (Django 6's default, without its warning now)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(assume_scheme="https", **kwargs)
+
+
 class NamespaceSettingForm(forms.ModelForm):
     """A setting of the operator's namespace (an approval policy, a webhook): the namespace is the operator's,
     never a field of the form."""

@@ -10,7 +10,7 @@ from django.http import HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
 
-from console.admins.base import NamespaceSettingAdmin, NamespaceSettingForm, ReadOnlyAdmin
+from console.admins.base import HttpsURLField, NamespaceSettingAdmin, NamespaceSettingForm, ReadOnlyAdmin
 from engine.notify import webhook_ping
 from history import models
 from history.models import WebhookEvent
@@ -39,6 +39,9 @@ class WebhookForm(NamespaceSettingForm):
     class Meta:
         model = models.Webhook
         fields = ("name", "url", "events", "enabled")
+        field_classes = {"url": HttpsURLField}
+        labels = {"url": "URL"}
+        help_texts = {"url": "where the events are POSTed (http or https)"}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
