@@ -12,7 +12,6 @@ import datetime as dt
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Min
 
 from core import clock
 from core.ids import new_id
@@ -63,29 +62,45 @@ def pass_watchdog() -> int:
 Found = tuple[dict[str, tuple[str, dt.datetime]], bool]
 
 
+def paused_rows(namespace_id: str, bound: dt.datetime, limit: int):
+    """A namespace's instances paused since before ``bound``, the longest first: a range of its paused index."""
+    rows = WorkflowInstance.objects.filter(
+        namespace_id=namespace_id, paused=True, updated_at__lt=bound, state__in=STUCK_STATES
+    )
+    return rows.order_by("updated_at", "id").values_list("id", "updated_at")[:limit]
+
+
 def _paused(now: dt.datetime) -> Found:
     bound = now - dt.timedelta(seconds=settings.WEAVE_STALL_PAUSED_SECONDS)
     found = {}
     for namespace_id in Namespace.objects.values_list("id", flat=True):
-        rows = WorkflowInstance.objects.filter(
-            namespace_id=namespace_id, paused=True, updated_at__lt=bound, state__in=STUCK_STATES
-        ).order_by("updated_at", "id")
-        for instance_id, since in rows.values_list("id", "updated_at")[: BATCH - len(found)]:
+        for instance_id, since in paused_rows(namespace_id, bound, BATCH - len(found)):
             found[instance_id] = (f"paused since {format_time(since)}", since)
     return found, len(found) < BATCH
+
+
+def waiting_rows(model, pending: str, bound: dt.datetime, limit: int):
+    """The oldest ``model`` rows pending since before ``bound``: the start of its (state, created_at) index, never
+    the whole backlog (a runner down for a day leaves a long one)."""
+    rows = model.objects.filter(state=pending, created_at__lt=bound).order_by("created_at", "id")
+    return rows.values_list("instance_id", "created_at")[:limit]
 
 
 def _waiting(model, pending: str, what: str, now: dt.datetime) -> Found:
     """The instances (not in review) with a ``model`` row pending since before the bound, by its oldest."""
     bound = now - dt.timedelta(seconds=settings.WEAVE_STALL_WAITING_SECONDS)
-    oldest = (
-        model.objects.filter(state=pending, created_at__lt=bound)
-        .values_list("instance_id")
-        .annotate(since=Min("created_at"))
-        .order_by("since")[:BATCH]
-    )
-    found = {i: (f"{what} has waited for the runner since {format_time(s)}", s) for i, s in oldest}
-    return _outside_review(found), len(found) < BATCH
+    rows = list(waiting_rows(model, pending, bound, BATCH))
+    found: dict[str, tuple[str, dt.datetime]] = {}
+    for instance_id, since in rows:  # oldest first: an instance's first row is its oldest
+        found.setdefault(instance_id, (f"{what} has waited for the runner since {format_time(since)}", since))
+    return _outside_review(found), len(rows) < BATCH
+
+
+def retrying_rows(retries: int, limit: int):
+    """Queued tasks with at least ``retries`` attempts, the most attempted first: a range of (state, attempt_count),
+    read in its order (the primary key rides along in the index, so id breaks ties without a sort)."""
+    rows = Task.objects.filter(state=TaskState.QUEUED, attempt_count__gte=retries).order_by("-attempt_count", "-id")
+    return rows.values_list("id", "source_instance_id")[:limit]
 
 
 def _retrying() -> Found:
@@ -93,11 +108,7 @@ def _retrying() -> Found:
     with one failure pattern (``core.signatures``): retrying will not help. Read from the queued tasks with that
     many attempts (an index range), then their attempts."""
     retries = settings.WEAVE_STALL_RETRIES
-    tasks = dict(
-        Task.objects.filter(state=TaskState.QUEUED, attempt_count__gte=retries)
-        .order_by("-attempt_count", "id")
-        .values_list("id", "source_instance_id")[:BATCH]
-    )
+    tasks = dict(retrying_rows(retries, BATCH))
     attempts: dict[str, list] = {}
     rows = Attempt.objects.filter(task_id__in=list(tasks)).order_by("task_id", "-number")
     for task_id, state, result, finished in rows.values_list("task_id", "state", "result", "finished_at"):

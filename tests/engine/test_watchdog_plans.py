@@ -1,0 +1,134 @@
+"""On MariaDB, each of the watchdog's reads is the start of one index range, whatever the size of what lies
+behind it: the rows it examines (ANALYZE, the server's own count) stay within its limit and nothing is sorted."""
+
+import datetime as dt
+import json
+
+import pytest
+from django.db import connection
+
+from core.ids import new_id
+from engine.watchdog import paused_rows, retrying_rows, waiting_rows
+from history.models import (
+    Continuation,
+    ContinuationState,
+    InboxRecord,
+    InboxSource,
+    InboxState,
+    InstanceState,
+    Task,
+    TaskState,
+    WorkflowInstance,
+)
+
+pytestmark = [
+    # ANALYZE TABLE commits: each test starts from emptied tables instead of a rolled-back transaction.
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(connection.vendor != "mysql", reason="query plans are MariaDB's"),
+]
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+ROWS = 3000
+LIMIT = 50
+BOUND = T0 + dt.timedelta(days=1)  # every row below is older: the whole backlog qualifies
+
+
+@pytest.fixture
+def backlog(tenancy):
+    """Three thousand of each, all older than the bounds: instances (one in twenty paused), pending inbox records
+    and continuations (beside as many done), queued tasks by attempts (most of them retried five times or more);
+    analysed."""
+    namespace = tenancy[0].id
+    at = [T0 + dt.timedelta(seconds=i) for i in range(ROWS)]
+    instances = [new_id() for _ in range(ROWS)]
+    WorkflowInstance.objects.bulk_create(
+        WorkflowInstance(
+            id=i,
+            namespace_id=namespace,
+            definition_id="d" * 32,
+            input="{}",
+            paused=n % 20 == 0,
+            state=InstanceState.RUNNING,
+            created_at=at[n],
+            updated_at=at[n],
+        )
+        for n, i in enumerate(instances)
+    )
+    for state in (InboxState.PENDING, InboxState.CONSUMED):
+        InboxRecord.objects.bulk_create(
+            InboxRecord(
+                instance_id=i, source_kind=InboxSource.SIGNAL, source_id=new_id(), state=state, created_at=at[n]
+            )
+            for n, i in enumerate(instances)
+        )
+    for state in (ContinuationState.PENDING, ContinuationState.APPLIED):
+        Continuation.objects.bulk_create(
+            Continuation(instance_id=i, step_key="$root", kind="root", state=state, created_at=at[n])
+            for n, i in enumerate(instances)
+        )
+    Task.objects.bulk_create(
+        Task(
+            namespace_id=namespace,
+            application_id="a" * 32,
+            queue_id="q" * 32,
+            handler="h",
+            input="{}",
+            state=TaskState.QUEUED,
+            attempt_count=n % 12,
+            max_attempts=20,
+            source_instance_id=i,
+            source_activation_id=new_id(),
+            created_at=at[n],
+            updated_at=at[n],
+        )
+        for n, i in enumerate(instances)
+    )
+    with connection.cursor() as cursor:
+        for model in (WorkflowInstance, InboxRecord, Continuation, Task):
+            cursor.execute(f"ANALYZE TABLE {model._meta.db_table}")
+            cursor.fetchall()
+    return namespace
+
+
+def _analysed(queryset) -> tuple[list[dict], str]:
+    """The tables MariaDB read for ``queryset`` when it ran it (ANALYZE FORMAT=JSON), and the whole report."""
+    sql, params = queryset.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE FORMAT=JSON {sql}", params)
+        report = cursor.fetchone()[0]
+
+    def tables(node):
+        if isinstance(node, dict):
+            if "table_name" in node:
+                yield node
+            for value in node.values():
+                yield from tables(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from tables(value)
+
+    return list(tables(json.loads(report))), report
+
+
+@pytest.mark.parametrize(
+    ("name", "index"),
+    [
+        ("paused", "instance_ns_paused_updated"),
+        ("inbox", "inbox_state_created"),
+        ("continuations", "continuation_state_created"),
+        ("retrying", "task_state_attempts"),
+    ],
+)
+def test_each_reason_reads_the_start_of_one_index_range_however_long_the_backlog(backlog, name, index):
+    queryset = {
+        "paused": lambda: paused_rows(backlog, BOUND, LIMIT),
+        "inbox": lambda: waiting_rows(InboxRecord, InboxState.PENDING, BOUND, LIMIT),
+        "continuations": lambda: waiting_rows(Continuation, ContinuationState.PENDING, BOUND, LIMIT),
+        "retrying": lambda: retrying_rows(5, LIMIT),
+    }[name]()
+    assert len(list(queryset)) == LIMIT  # the backlog is longer than one read
+    (table,), report = _analysed(queryset)
+    assert table["key"] == index, report
+    # The rows the server examined: the limit's worth.
+    assert table["r_rows"] <= LIMIT, report
+    assert "filesort" not in report, report
