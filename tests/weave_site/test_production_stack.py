@@ -33,7 +33,7 @@ from tests.weave_site.test_static import static_assets
 ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 2
 STALE_AFTER = 3
-PROCESSES = ("web.1", "runner.1", "worker_tasks.1", "worker_polls.1", "metrics.1")
+PROCESSES = ("web.1", "runner.1", "notify.1", "worker_tasks.1", "worker_polls.1", "metrics.1")
 # honcho's prefix on each line a process writes: the time, the process, a bar.
 PREFIXED = re.compile(r"^\d\d:\d\d:\d\d (?P<process>[\w.]+)\s*\| (?P<line>.*)$")
 
@@ -419,7 +419,8 @@ def _stop(stack) -> dict[str, list[str]]:
     cursor.execute(f"SELECT kind, queue, stopped_at IS NOT NULL FROM {stack['db']['name']}.history_backgroundprocess")
     # One row per background process of the run (the demo's seeding starts none), each with its stop.
     rows = sorted(cursor.fetchall())
-    assert rows == [("runner", "", 1), ("worker", "demo-polls", 1), ("worker", "demo-tasks", 1)], rows
+    expected = [("notifier", "", 1), ("runner", "", 1), ("worker", "demo-polls", 1), ("worker", "demo-tasks", 1)]
+    assert rows == expected, rows
     return by_process
 
 
@@ -432,5 +433,5 @@ def _logs(by_process: dict[str, list[str]], request_id: str) -> None:
     assert all(re.fullmatch(r"[0-9a-f]{32}", r["request_id"]) for r in requests)
     passes = [r for r in records["runner.1"] if r["message"].startswith("runner pass:")]
     assert passes and all(re.fullmatch(r"[0-9a-f]{32}", r["pass_id"]) for r in passes)
-    for name in ("runner.1", "worker_tasks.1", "worker_polls.1"):
+    for name in ("runner.1", "notify.1", "worker_tasks.1", "worker_polls.1"):
         assert any(r["level"] == "WARNING" and "database error" in r["message"] for r in records[name]), name
