@@ -26,7 +26,7 @@ from console.cases import (
 from console.models import Case, CaseState
 from core.identity import identity_of_user
 from history.models import FailureSignature, WorkflowInstance
-from history.selectors.access import visible_rows
+from history.selectors.access import visible_definition_ids, visible_rows
 
 MEMBERS_SHOWN = 200
 EXPORTS = {"md": (summary_markdown, "text/markdown"), "json": (summary_json, "application/json")}
@@ -83,7 +83,15 @@ class CaseAdmin(admin.ModelAdmin):
         return False
 
     def get_queryset(self, request):
-        return scoped(request, super().get_queryset(request))
+        cases = scoped(request, super().get_queryset(request))
+        identity = identity_of_user(request.user)
+        if identity is None or identity.queues is None:
+            return cases
+        # A case names its instances: one with an instance of a queue the operator may not see is not shown.
+        hidden = WorkflowInstance.objects.filter(namespace_id=identity.namespace_id).exclude(
+            definition_id__in=visible_definition_ids(identity)
+        )
+        return cases.exclude(members__instance_id__in=hidden.values("id"))
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change, **kwargs)

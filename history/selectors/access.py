@@ -189,6 +189,9 @@ def visible_rows(queryset: QuerySet, identity: Identity | None) -> QuerySet:
             return queryset
         return queryset.filter(definition_id__in=visible_definition_ids(identity))
     if model is models.WebhookDelivery:
+        # A body names instances of any queue: only an identity of every queue reads the log.
+        if identity.queues is not None:
+            return queryset.none()
         return queryset.filter(webhook__namespace_id=identity.namespace_id)
     if hasattr(model, "namespace_id") or any(f.name == "namespace" for f in model._meta.fields):
         return queryset.filter(namespace_id=identity.namespace_id)

@@ -29,6 +29,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import URLResolver, get_resolver, reverse
 
 from console.admin import CONTROLS
+from console.models import Case, CaseMember
 from core import clock, exactjson
 from core.identity import Identity
 from engine.definitions import definition_create
@@ -795,10 +796,27 @@ def security_console(security_world, security_users):
                 revision=w.instance.revision,
                 marked_at=clock.now(),
             ).id,
+            "history.Webhook": (webhook := _webhook(w.namespace)).id,
+            "history.WebhookDelivery": models.WebhookDelivery.objects.create(
+                webhook=webhook, event="ping", event_key="k", body="{}"
+            ).id,
+            "console.Case": _case(w),
             "auth.User": security_users.operator.pk,
             "auth.Group": Group.objects.get(name="operators").pk,
         },
     )
+
+
+def _webhook(namespace) -> models.Webhook:
+    return models.Webhook.objects.create(
+        namespace=namespace, name="pager", url="https://hooks.example/x", events=["ping"], secret="s" * 20
+    )
+
+
+def _case(world) -> int:
+    case = Case.objects.create(namespace=world.namespace, title="declines", opened_by="olga")
+    CaseMember.objects.create(case=case, instance_id=world.instance.id)
+    return case.pk
 
 
 # Rows of the namespace itself: every operator of the namespace sees them, whatever its queues.
@@ -808,6 +826,7 @@ NAMESPACE_LEVEL = {
     "history.Credential",
     "history.Operator",
     "history.ApprovalPolicy",
+    "history.Webhook",
 }
 AUTH_MODELS = {"auth.User", "auth.Group"}
 
@@ -1121,7 +1140,9 @@ def _bulk_post(state, action: str) -> dict:
     }
 
 
-@pytest.mark.parametrize("action", admin.site._registry[models.WorkflowInstance].actions)
+@pytest.mark.parametrize(
+    "action", [a for a in admin.site._registry[models.WorkflowInstance].actions if a != "case_from_selection"]
+)
 def test_bulk_actions_never_reach_an_instance_outside_the_operator_reach_or_permission(client, security_forms, action):
     state, users = security_forms.state, security_forms.users
     changelist = reverse("admin:history_workflowinstance_changelist")
@@ -1132,6 +1153,19 @@ def test_bulk_actions_never_reach_an_instance_outside_the_operator_reach_or_perm
             assert 'class="ok"' not in html and 'class="refused"' not in html, name
     client.force_login(users.operator)
     assert 'class="refused"' in client.post(changelist, _bulk_post(state, action)).content.decode()
+
+
+def test_a_case_is_never_opened_with_an_instance_outside_the_operator_reach_or_permission(client, security_forms):
+    state, users = security_forms.state, security_forms.users
+    changelist = reverse("admin:history_workflowinstance_changelist")
+    post = {"action": "case_from_selection", "_selected_action": [state.instance.id]}
+    for name, _ in FORM_REFUSALS:
+        client.force_login(getattr(users, name))
+        client.post(changelist, post, follow=True)
+        assert not Case.objects.exists(), name
+    client.force_login(users.operator)
+    assert client.post(changelist, post).status_code == 302
+    assert list(Case.objects.get().members.values_list("instance_id", flat=True)) == [state.instance.id]
 
 
 def _csrf_cases() -> list:
