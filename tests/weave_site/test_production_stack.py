@@ -407,6 +407,9 @@ def _a_database_outage(stack, browser: Browser, token: str) -> None:
 def _stop(stack) -> dict[str, list[str]]:
     """SIGTERM, as systemd and Ctrl-C send it: every process stops by itself with status 0, its stop recorded.
     Returns what each process wrote, honcho's prefix taken off."""
+    # honcho prints from its SIGTERM handler: a signal that lands while it prints a line (the last request's) ends
+    # its loop with "reentrant call inside <stdout>" and leaves the processes running. The signal waits for quiet.
+    time.sleep(1)
     stack["process"].send_signal(signal.SIGTERM)
     assert stack["process"].wait(timeout=30) == 128 + signal.SIGTERM  # honcho's own status names what stopped it
     stack["reader"].join(timeout=10)
