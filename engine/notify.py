@@ -212,7 +212,8 @@ def notify_queue() -> int:
         if mark is None:
             NotifyWatermark.objects.get_or_create(event=kind, defaults={"position": upto})
             continue
-        events = read(mark.position, mark.last_id, upto)
+        # An event no enabled webhook wants is not read at all: its watermark just moves on.
+        events = read(mark.position, mark.last_id, upto) if any(kind in w for _, _, w in webhooks) else []
         new = [
             WebhookDelivery(
                 id=(delivery_id := new_id()),
