@@ -387,7 +387,10 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
     def visible_instance(self, request, object_id) -> models.WorkflowInstance:
         """The instance if this user may see it (the API's visibility rule), else 404 with the API's message."""
         instance = (
-            self.get_queryset(request).select_related("definition", "failure_signature").filter(pk=object_id).first()
+            self.get_queryset(request)
+            .select_related("definition", "failure_signature", "root_signature")
+            .filter(pk=object_id)
+            .first()
         )
         if instance is None:
             raise Http404(INSTANCE_NOT_FOUND)

@@ -12,7 +12,7 @@ from core.ids import new_id
 from engine.budget import attempt_budget
 from engine.commands import is_text
 from engine.quota import Quota
-from engine.signaling import wait_take_buffered, wait_take_foreseen
+from engine.signaling import signal_spec_of, wait_take_buffered, wait_take_foreseen
 from engine.state import touch
 from history.locking import LockSet
 from history.models import (
@@ -181,6 +181,7 @@ def wait_create(
         correlation_key=correlation_key_of(instance=instance, source=signal_spec["correlation"]) if signal_spec else "",
         deadline_at=deadline_at,
         fire_at=fire_at,
+        expected_at=_expected_at(signal_spec, now, deadline_at),
         created_at=now,
         updated_at=now,
     )
@@ -266,6 +267,14 @@ def step_activate(
     return True
 
 
+def _expected_at(signal_spec: dict | None, now: dt.datetime, deadline_at: dt.datetime) -> dt.datetime | None:
+    """When a wait opened ``now`` expects its signal, if its spec says: ``expected_seconds`` on, not past the
+    deadline (a generation re-armed late keeps the deadline it had)."""
+    if signal_spec is None or "expected_seconds" not in signal_spec:
+        return None
+    return min(now + dt.timedelta(seconds=signal_spec["expected_seconds"]), deadline_at)
+
+
 def wait_supersede(
     *,
     instance: WorkflowInstance,
@@ -313,6 +322,7 @@ def wait_supersede(
         correlation_key=wait.correlation_key,
         deadline_at=wait.deadline_at,
         fire_at=wait.fire_at,
+        expected_at=_expected_at(signal_spec_of(step_spec), now, wait.deadline_at),
         state=WaitState.WAITING,
         created_at=now,
         updated_at=now,

@@ -44,6 +44,15 @@ DEFAULT_TIMER_GRACE = 3600
 DEFAULT_MAX_LATENESS = 300
 
 _COMMON = ("key", "kind", "after", "contract")
+# A SIGNAL step's own fields, and a POLL step's final signal's.
+_SIGNAL_FIELDS = (
+    "name",
+    "payload_version",
+    "correlation",
+    "deadline_seconds",
+    "expected_seconds",
+    "signal_ttl_seconds",
+)
 _FIELDS = {
     StepKind.TASK: (
         *_COMMON,
@@ -67,10 +76,9 @@ _FIELDS = {
         "mapping",
         "final_signal",
     ),
-    StepKind.SIGNAL: (*_COMMON, "name", "payload_version", "correlation", "deadline_seconds", "signal_ttl_seconds"),
+    StepKind.SIGNAL: (*_COMMON, *_SIGNAL_FIELDS),
     StepKind.TIMER: (*_COMMON, "duration_seconds", "deadline_seconds", "max_lateness_seconds"),
 }
-_FINAL_SIGNAL_FIELDS = ("name", "payload_version", "correlation", "deadline_seconds", "signal_ttl_seconds")
 
 
 def _fail(field: str, message: str) -> InvalidArgument:
@@ -183,11 +191,16 @@ def _contract(doc: dict, path: str) -> dict:
 
 
 def _signal_fields(doc: dict, path: str) -> dict:
+    deadline = _integer(doc, "deadline_seconds", path, low=1, high=MAX_SECONDS)
+    # When the signal is expected, well before its deadline: later, the watchdog marks the instance (the engine
+    # still waits until the deadline).
+    expected = _integer(doc, "expected_seconds", path, low=1, high=deadline, default=None)
     return {
         "name": _text(doc, "name", path, max_length=128),
         "payload_version": _text(doc, "payload_version", path, max_length=64),
         "correlation": _correlation(doc, path),
-        "deadline_seconds": _integer(doc, "deadline_seconds", path, low=1, high=MAX_SECONDS),
+        "deadline_seconds": deadline,
+        **({"expected_seconds": expected} if expected else {}),
         "signal_ttl_seconds": _integer(
             doc, "signal_ttl_seconds", path, low=1, high=MAX_SECONDS, default=DEFAULT_SIGNAL_TTL
         ),
@@ -262,7 +275,7 @@ def _step(doc: Any, index: int, queue_names: set[str]) -> dict:
         if final is not None:
             if not isinstance(final, dict):
                 raise _fail(f"{path}.final_signal", "must be an object")
-            _only(final, _FINAL_SIGNAL_FIELDS, f"{path}.final_signal")
+            _only(final, _SIGNAL_FIELDS, f"{path}.final_signal")
             final = _signal_fields(final, f"{path}.final_signal")
         step["final_signal"] = final
     elif kind == StepKind.SIGNAL:

@@ -75,8 +75,10 @@ def instance_enter_review(
             step_key=step_key,
             cause=cause,
             reason=instance.review_reason,
+            root=instance.root_signature_id,
             now=now,
         )
+        instance.root_signature_id = instance.root_signature_id or instance.failure_signature_id
     if gate is not None:
         gate_sync(gate=gate, instance=instance)
 

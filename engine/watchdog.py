@@ -3,9 +3,13 @@
 It never changes the engine's state — the seeds say when an instance enters review — only the marks
 (``history.models.Stall``), beside the instances. Each reason is read from an index and bounded per pass: paused
 instances by (namespace, paused, updated_at), waiting inbox records and continuations by (state, created_at), tasks
-retried again and again by (state, attempt_count). A
-mark goes when the instance moves (its revision) or, once a reason's candidates were read whole, when the reason no
-longer holds. Registered as the runner's last pass; it counts the marks it changed, so a settled runner settles.
+retried again and again by (state, attempt_count), the queued tasks of a queue nobody takes from by (queue, state,
+…), signals overdue by the waits' (state, expected_at). A mark goes when the instance moves (its revision) or, once a
+reason's candidates were read whole, when the reason no longer holds. Registered as the runner's last pass; it counts
+the marks it changed, so a settled runner settles.
+
+A lease that keeps expiring is no reason here: the first expiry puts its task and instance in review (the engine
+never retries after UNKNOWN).
 """
 
 import datetime as dt
@@ -20,16 +24,21 @@ from core.times import format_time
 from history.models import (
     Attempt,
     AttemptState,
+    BackgroundProcess,
     Continuation,
     ContinuationState,
     InboxRecord,
     InboxState,
     InstanceState,
     Namespace,
+    ProcessKind,
+    Queue,
     Stall,
     StallReason,
     Task,
     TaskState,
+    Wait,
+    WaitState,
     WorkflowInstance,
 )
 
@@ -48,6 +57,8 @@ def pass_watchdog() -> int:
         (StallReason.INBOX_WAITING, _waiting(InboxRecord, InboxState.PENDING, "an inbox record", now)),
         (StallReason.CONTINUATION_WAITING, _waiting(Continuation, ContinuationState.PENDING, "a continuation", now)),
         (StallReason.RETRYING_SAME_FAILURE, _retrying()),
+        (StallReason.UNCLAIMED, _unclaimed(now)),
+        (StallReason.SIGNAL_OVERDUE, _overdue(now)),
     ):
         if read_whole:
             whole.add(reason)
@@ -123,10 +134,66 @@ def _retrying() -> Found:
     return _outside_review(found), len(tasks) < BATCH
 
 
-def _outside_review(found: dict[str, tuple[str, dt.datetime]]) -> dict[str, tuple[str, dt.datetime]]:
-    """``found`` without the instances in review or ended: only those the engine still means to move."""
-    moving = WorkflowInstance.objects.filter(pk__in=list(found), state__in=STUCK_STATES).values_list("id", flat=True)
-    return {instance_id: found[instance_id] for instance_id in moving}
+def queued_rows(queue_id: str, limit: int):
+    """A queue's queued tasks, at most ``limit``: a range of its (queue, state, priority, created_at) index."""
+    rows = Task.objects.filter(queue_id=queue_id, state=TaskState.QUEUED).order_by("priority", "created_at", "id")
+    return rows.values_list("id", "source_instance_id", "updated_at", "deadline_at", "latest_start_at")[:limit]
+
+
+def _unclaimed(now: dt.datetime) -> Found:
+    """The instances (running, not paused) with a claimable task queued since before the bound on a queue nobody
+    takes from: no live ``weave_worker`` serves it and no task of it is leased (a worker of the task API has no
+    process row, but holds a lease while it works)."""
+    bound = now - dt.timedelta(seconds=settings.WEAVE_STALL_WAITING_SECONDS)
+    live = BackgroundProcess.objects.filter(
+        kind=ProcessKind.WORKER,
+        stopped_at=None,
+        beat_at__gte=now - dt.timedelta(seconds=settings.WEAVE_HEARTBEAT_STALE_SECONDS),
+    )
+    served = set(live.values_list("namespace_id", "queue"))
+    found: dict[str, tuple[str, dt.datetime]] = {}
+    whole = True
+    for queue_id, namespace_id, name in Queue.objects.order_by("id").values_list("id", "namespace_id", "name"):
+        if len(found) >= BATCH:
+            return _outside_review(found, claimable=True), False
+        if (namespace_id, name) in served or Task.objects.filter(queue_id=queue_id, state=TaskState.LEASED).exists():
+            continue
+        limit = BATCH - len(found)
+        rows = list(queued_rows(queue_id, limit))
+        whole = whole and len(rows) < limit
+        for task_id, instance_id, since, deadline_at, latest_start_at in rows:
+            if since < bound and all(moment is None or moment > now for moment in (deadline_at, latest_start_at)):
+                detail = f"task {task_id} queued on {name} since {format_time(since)}; no worker takes from {name}"
+                found.setdefault(instance_id, (detail, since))
+    return _outside_review(found, claimable=True), whole
+
+
+def overdue_rows(bound: dt.datetime, limit: int):
+    """Waits still waiting for a signal expected before ``bound``, the longest overdue first: a range of the waits'
+    (state, expected_at) index."""
+    rows = Wait.objects.filter(state=WaitState.WAITING, expected_at__lt=bound).order_by("expected_at", "id")
+    return rows.values_list("instance_id", "signal_name", "expected_at", "deadline_at")[:limit]
+
+
+def _overdue(now: dt.datetime) -> Found:
+    """The instances (not in review) waiting for a signal past the time their definition expects it
+    (``expected_seconds``): the engine waits on until the deadline, but the sender is late."""
+    rows = list(overdue_rows(now, BATCH))
+    found: dict[str, tuple[str, dt.datetime]] = {}
+    for instance_id, name, expected_at, deadline_at in rows:
+        detail = (
+            f"signal {name} expected by {format_time(expected_at)}, not in; its deadline is {format_time(deadline_at)}"
+        )
+        found.setdefault(instance_id, (detail, expected_at))
+    return _outside_review(found), len(rows) < BATCH
+
+
+def _outside_review(found: dict[str, tuple[str, dt.datetime]], *, claimable: bool = False) -> dict:
+    """``found`` without the instances in review or ended: only those the engine still means to move; with
+    ``claimable``, only those running with their gate open (a task of one paused or stopping is not claimed)."""
+    rows = WorkflowInstance.objects.filter(pk__in=list(found))
+    rows = rows.filter(state=InstanceState.RUNNING, paused=False) if claimable else rows.filter(state__in=STUCK_STATES)
+    return {instance_id: found[instance_id] for instance_id in rows.values_list("id", flat=True)}
 
 
 def _marks_sync(found: dict, whole: set[str], now: dt.datetime) -> int:

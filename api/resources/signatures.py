@@ -19,6 +19,11 @@ class SignatureItem(serializers.Serializer):
     first_seen = TimeField()
     last_seen = TimeField()
     count = serializers.IntegerField(min_value=1, help_text="how many times an instance entered review with it")
+    knock_on = serializers.IntegerField(
+        min_value=0,
+        help_text="of those, the arrivals of instances that had first entered review with another signature: "
+        "a consequence of that one (its root), not a cause of its own",
+    )
     in_review = serializers.IntegerField(min_value=0, help_text="visible instances in review with it now")
 
 
@@ -39,6 +44,7 @@ def signature_page(result: SignaturePage, *, next_cursor: str | None) -> dict:
             "first_seen": format_time(signature.first_seen),
             "last_seen": format_time(signature.last_seen),
             "count": signature.count,
+            "knock_on": signature.knock_on,
             "in_review": result.in_review.get(signature.id, 0),
         }
         for signature in result.page.items

@@ -119,6 +119,9 @@ class Wait(StateFollowed):
     correlation_key = models.CharField(max_length=256, blank=True)
     deadline_at = models.DateTimeField()
     fire_at = models.DateTimeField(null=True, blank=True)
+    # When the definition expects the signal (``expected_seconds``), if it says: past it, the watchdog marks the
+    # instance; the engine waits on until the deadline.
+    expected_at = models.DateTimeField(null=True, blank=True)
     state = models.CharField(max_length=16, choices=WaitState.choices, default=WaitState.WAITING)
     winner_signal = _ref("Signal", null=True, db_index=False)
     created_at = models.DateTimeField(default=clock.now)
@@ -128,6 +131,8 @@ class Wait(StateFollowed):
         indexes = [
             models.Index(fields=["step", "state"], name="wait_step_state"),
             models.Index(fields=["state", "deadline_at"], name="wait_state_deadline"),
+            # The watchdog's overdue signals (engine.watchdog): a short range of the waiting ones.
+            models.Index(fields=["state", "expected_at"], name="wait_state_expected"),
         ]
 
 

@@ -22,6 +22,9 @@ class FailureSignature(models.Model):
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()
     count = models.PositiveBigIntegerField(default=1)
+    # Of those, the arrivals of instances whose first failure was another signature: a consequence of that one
+    # (a repair that led on to this), not a cause of its own.
+    knock_on = models.PositiveBigIntegerField(default=0)
 
     class Meta:
         indexes = [
@@ -41,6 +44,8 @@ class StallReason(models.TextChoices):
     INBOX_WAITING = "inbox_waiting", "an inbox record of it waits longer than the bound"
     CONTINUATION_WAITING = "continuation_waiting", "a continuation of it waits longer than the bound"
     RETRYING_SAME_FAILURE = "retrying_same_failure", "a task of it failed the same way on its last attempts"
+    UNCLAIMED = "unclaimed", "a task of it waits on a queue no worker is taking from"
+    SIGNAL_OVERDUE = "signal_overdue", "a signal it waits for is later than its definition expects"
 
 
 class Stall(models.Model):

@@ -94,6 +94,9 @@ class WorkflowInstance(StateFollowed):
     review_since = models.DateTimeField(null=True, blank=True)
     # What made it enter review (``history.signatures``), set and cleared with the cause.
     failure_signature = _ref("FailureSignature", null=True, db_index=False)
+    # The first it ever entered review with, kept once it leaves: the root of its chain of failures. A later
+    # signature that is another is a knock-on (``FailureSignature.knock_on``).
+    root_signature = _ref("FailureSignature", null=True, db_index=False, related_name="+")
     created_at = models.DateTimeField(default=clock.now)
     updated_at = models.DateTimeField(default=clock.now)
     completed_at = models.DateTimeField(null=True, blank=True)

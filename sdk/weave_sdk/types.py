@@ -352,7 +352,8 @@ class ReviewSummary:
 @model
 class Signature:
     """A failure signature: the review reason's pattern (ids, numbers, times, quoted values as ``<*>``) where it
-    happened, with its first and last arrival, how many, and how many visible instances are in review with it."""
+    happened, with its first and last arrival, how many (``knock_on`` of them from instances whose first failure
+    was another signature), and how many visible instances are in review with it."""
 
     id: str
     definition: DefinitionRef
@@ -363,6 +364,7 @@ class Signature:
     first_seen: dt.datetime
     last_seen: dt.datetime
     count: int
+    knock_on: int
     in_review: int
 
 

@@ -51,6 +51,7 @@ def test_the_signatures_are_listed_latest_first_with_their_counts_and_instances_
         "first_seen",
         "last_seen",
         "count",
+        "knock_on",
         "in_review",
     }
     # Each signature's id filters the instance query to its instances in review.

@@ -2,6 +2,7 @@
 home page lists what the watchdog marked stalled outside review."""
 
 import datetime as dt
+import html
 import re
 
 import pytest
@@ -12,7 +13,7 @@ from engine.instances import instance_pause
 from engine.watchdog import pass_watchdog
 from history.metrics import metrics_text
 from history.models import FailureSignature, WorkflowInstance
-from testkit.states import task_failed_state, task_unknown_state
+from testkit.states import task_failed_state, task_retried_state, task_unknown_state
 from tests.engine.test_watchdog import _control, _started
 
 pytestmark = pytest.mark.django_db
@@ -34,6 +35,23 @@ def test_the_queue_counts_by_signature_and_a_signature_filters_its_rows(client, 
     assert rows == {i.id for i in unknown}
     instance_page = client.get(f"/admin/history/workflowinstance/{failed.id}/change/").content.decode()
     assert f'href="/admin/?signature={failed.failure_signature_id}"' in instance_page
+
+
+def test_a_knock_on_is_counted_on_the_home_page_and_its_root_named_on_the_instance_page(client, tenancy, console_user):
+    retried = task_retried_state(tenancy, attempts_used=(1, 2)).instance  # failed with budget left, then for good
+    first = task_unknown_state(tenancy).instance  # in review for the first time: its signature is its root
+    client.force_login(console_user("olga", "operators"))
+    home = client.get("/admin/").content.decode()
+    current = WorkflowInstance.objects.get(pk=retried.pk)
+    line = re.search(rf'<li data-signature="{current.failure_signature_id}">.*?</li>', home, re.S).group(0)
+    assert "1 of 1 knock-on</span>" in line
+    page = client.get(f"/admin/history/workflowinstance/{retried.id}/change/").content.decode()
+    root = re.search(r'id="instance-root-signature"><code class="weave-json">(.*?)</code>', page, re.S).group(1)
+    assert html.unescape(root) == current.root_signature.pattern and "is a knock-on of it" in page
+    assert (
+        'id="instance-root-signature"'
+        not in client.get(f"/admin/history/workflowinstance/{first.id}/change/").content.decode()
+    )
 
 
 @override_settings(WEAVE_STALL_PAUSED_SECONDS=3600)

@@ -14,8 +14,9 @@ from django.test.utils import CaptureQueriesContext
 from core import clock
 from core.signatures import error_pattern
 from engine import runner
+from engine.state import instance_enter_review, instance_review_lift
 from engine.worker import task_complete
-from history.models import FailureSignature, InstanceState, ResultEvent, ReviewCause, Task, WorkflowInstance
+from history.models import FailureSignature, Gate, InstanceState, ResultEvent, ReviewCause, Task, WorkflowInstance
 from history.tenancy import namespace_ensure
 from testkit import states
 from testkit.driver import Engine, task_step
@@ -225,3 +226,32 @@ def test_the_signature_backfill_marks_the_instances_in_review_and_counts_them(te
     signature_backfill.backfill(apps, None)
     assert {i.pk: i.failure_signature_id for i in WorkflowInstance.objects.filter(pk__in=marks)} == marks
     assert sum(FailureSignature.objects.values_list("count", flat=True)) == 2
+
+
+def test_a_later_failure_of_an_instance_counts_as_a_knock_on_of_its_first(tenancy):
+    # The task failed with budget left (the root), RetryStep and Continue ran it on, and it failed for good.
+    state = states.task_retried_state(tenancy, attempts_used=(1, 2))
+    instance = WorkflowInstance.objects.get(pk=state.instance.pk)
+    root = FailureSignature.objects.get(pk=instance.root_signature_id)
+    current = FailureSignature.objects.get(pk=instance.failure_signature_id)
+    assert root.review_cause == ReviewCause.TASK_FAILED_BUDGET_LEFT and root.knock_on == 0
+    assert current.review_cause == ReviewCause.TASK_BUDGET_EXHAUSTED and (current.count, current.knock_on) == (1, 1)
+
+
+def test_the_same_failure_again_is_its_root_recurring_and_another_one_a_knock_on(tenancy):
+    instance = states.task_unknown_state(tenancy).instance
+    instance = WorkflowInstance.objects.get(pk=instance.pk)
+    gate = Gate.objects.get(instance=instance)
+    root = instance.root_signature_id
+    assert root == instance.failure_signature_id  # its first review: the root
+    again = (instance.review_reason, instance.review_cause, instance.review_step_key)
+    for reason, cause, step_key in (again, ("wait for refund 7 expired", ReviewCause.WAIT_EXPIRED, "refund")):
+        instance_review_lift(instance=instance, gate=gate, state=InstanceState.RUNNING, stop_kind=None, stop_reason="")
+        instance_enter_review(
+            instance=instance, gate=gate, reason=reason, cause=cause, now=clock.now(), step_key=step_key
+        )
+        assert instance.root_signature_id == root  # the root stays
+    first = FailureSignature.objects.get(pk=root)
+    assert (first.count, first.knock_on) == (2, 0)  # the same failure again: the root recurring
+    other = FailureSignature.objects.exclude(pk=root).get()
+    assert (other.review_cause, other.count, other.knock_on) == (ReviewCause.WAIT_EXPIRED, 1, 1)

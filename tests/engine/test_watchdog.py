@@ -7,12 +7,25 @@ import pytest
 from django.test import override_settings
 
 from core import clock
+from core.errors import InvalidArgument
 from core.identity import Identity
 from engine import runner
+from engine.background import ProcessBeat
 from engine.instances import instance_pause, instance_resume
+from engine.signaling import signal_accept
 from engine.watchdog import pass_watchdog
 from engine.worker import task_complete
-from history.models import Attempt, Scope, Stall, StallReason, Task, TaskState, WorkflowInstance
+from history.models import (
+    Attempt,
+    ProcessKind,
+    Scope,
+    Stall,
+    StallReason,
+    Task,
+    TaskState,
+    Wait,
+    WorkflowInstance,
+)
 from recovery.operations import instance_continue
 from testkit.driver import task_step
 from testkit.states import task_resolved_state, task_unknown_state
@@ -55,6 +68,8 @@ def _started(engine):
 
 @override_settings(WEAVE_STALL_PAUSED_SECONDS=3600)
 def test_an_instance_paused_past_the_bound_is_marked_and_cleared_by_its_resume(engine):
+    # A live worker serves payments: resumed, the instance's task is claimable and someone takes from its queue.
+    ProcessBeat(ProcessKind.WORKER, queue="payments", namespace_id=engine.namespace.id).start()
     with clock.moved(-2 * HOUR):
         paused = _started(engine)
         _control(engine, instance_pause, paused)
@@ -157,3 +172,78 @@ def test_a_task_failing_the_same_way_attempt_after_attempt_is_marked_until_an_at
     runner.runner_settle()  # the runner's own watchdog pass clears the mark
     assert _marks() == {} and WorkflowInstance.objects.get(pk=instance.id).state == "SUCCEEDED"
     assert other.id not in _marks()
+
+
+@override_settings(WEAVE_STALL_WAITING_SECONDS=300)
+def test_a_task_on_a_queue_nobody_takes_from_is_marked_until_a_worker_claims_it(engine):
+    with clock.moved(-HOUR):
+        instance = _started(engine)  # its task queued on payments, which no worker serves
+        served = engine.start(engine.define([task_step("charge", queue="polls")]))
+        runner.runner_settle()
+    ProcessBeat(ProcessKind.WORKER, queue="polls", namespace_id=engine.namespace.id).start()  # a live weave_worker
+    _started(engine)  # queued just now, within the bound; the runner's own watchdog pass marks the first
+    assert _marks() == {instance.id: StallReason.UNCLAIMED}
+    Stall.objects.all().delete()
+    before = history_digest()
+    assert pass_watchdog() == 1
+    stall = Stall.objects.get()
+    task = Task.objects.get(source_instance=instance)
+    assert (stall.instance_id, stall.reason, stall.since) == (instance.id, StallReason.UNCLAIMED, task.updated_at)
+    assert stall.detail.startswith(f"task {task.id} queued on payments since ")
+    assert stall.detail.endswith("no worker takes from payments")
+    assert _without_marks() == before
+    assert served.id not in _marks()
+    engine.work()  # a worker of the task API claims from payments at last: the instance moves
+    assert pass_watchdog() == 1 and _marks() == {}
+
+
+@override_settings(WEAVE_STALL_WAITING_SECONDS=300)
+def test_a_task_api_worker_holding_a_lease_on_the_queue_keeps_its_queued_tasks_unmarked(engine):
+    with clock.moved(-HOUR):
+        waiting, working = _started(engine), _started(engine)
+    engine.claim()  # the oldest goes to a worker that has no process row: the queue is being taken from
+    assert Task.objects.filter(state=TaskState.LEASED).count() == 1
+    assert pass_watchdog() == 0 and _marks() == {}
+    assert {waiting.id, working.id} == set(WorkflowInstance.objects.values_list("id", flat=True))
+
+
+def _signal_step(**extra) -> dict:
+    step = {"key": "paid", "kind": "SIGNAL", "name": "paid", "payload_version": "1", "deadline_seconds": 7200}
+    return {**step, **extra}
+
+
+def test_a_signal_later_than_its_definition_expects_is_marked_until_it_arrives(engine):
+    with clock.moved(-HOUR):
+        late = engine.start(engine.define([_signal_step(expected_seconds=600)]), business_key="late")
+        engine.start(engine.define([_signal_step()]), business_key="no-expectation")
+        engine.start(engine.define([_signal_step(expected_seconds=5400)]), business_key="not-yet")
+        runner.runner_settle()
+    wait = Wait.objects.get(instance=late)
+    assert wait.expected_at == wait.created_at + dt.timedelta(seconds=600)
+    before = history_digest()
+    assert pass_watchdog() == 1
+    stall = Stall.objects.get()
+    assert (stall.instance_id, stall.reason, stall.since) == (late.id, StallReason.SIGNAL_OVERDUE, wait.expected_at)
+    assert stall.detail.startswith("signal paid expected by ") and "not in; its deadline is" in stall.detail
+    assert _without_marks() == before
+    signal_accept(
+        identity=engine.identity,
+        instance_id=late.id,
+        command={
+            "name": "paid",
+            "payload_version": "1",
+            "payload": {},
+            "correlation_key": "late",
+            "reason": "paid at last",
+        },
+        idempotency_key="paid",
+    )
+    runner.runner_settle()  # the runner takes the signal in (the instance moves), then its watchdog clears the mark
+    assert WorkflowInstance.objects.get(pk=late.id).state == "SUCCEEDED" and _marks() == {}
+
+
+def test_a_definition_expecting_a_signal_after_its_deadline_is_refused_naming_the_field(engine):
+    with pytest.raises(InvalidArgument) as refused:
+        engine.define([_signal_step(expected_seconds=7201)])
+    assert refused.value.field == "steps[0].expected_seconds"
+    assert "between 1 and 7200" in str(refused.value)

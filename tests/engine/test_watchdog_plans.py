@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 from core.ids import new_id
-from engine.watchdog import paused_rows, retrying_rows, waiting_rows
+from engine.watchdog import overdue_rows, paused_rows, queued_rows, retrying_rows, waiting_rows
 from history.models import (
     Continuation,
     ContinuationState,
@@ -18,6 +18,9 @@ from history.models import (
     InstanceState,
     Task,
     TaskState,
+    Wait,
+    WaitKind,
+    WaitState,
     WorkflowInstance,
 )
 
@@ -36,8 +39,8 @@ BOUND = T0 + dt.timedelta(days=1)  # every row below is older: the whole backlog
 @pytest.fixture
 def backlog(tenancy):
     """Three thousand of each, all older than the bounds: instances (one in twenty paused), pending inbox records
-    and continuations (beside as many done), queued tasks by attempts (most of them retried five times or more);
-    analysed."""
+    and continuations (beside as many done), queued tasks of one queue by attempts (most of them retried five times
+    or more), waits overdue (beside as many satisfied and as many expecting nothing); analysed."""
     namespace = tenancy[0].id
     at = [T0 + dt.timedelta(seconds=i) for i in range(ROWS)]
     instances = [new_id() for _ in range(ROWS)]
@@ -83,8 +86,22 @@ def backlog(tenancy):
         )
         for n, i in enumerate(instances)
     )
+    for state, expected in ((WaitState.WAITING, True), (WaitState.SATISFIED, True), (WaitState.WAITING, False)):
+        Wait.objects.bulk_create(
+            Wait(
+                instance_id=i,
+                step_id=new_id(),
+                activation_id=new_id(),
+                kind=WaitKind.SIGNAL,
+                signal_name="paid",
+                state=state,
+                deadline_at=BOUND,
+                expected_at=at[n] if expected else None,
+            )
+            for n, i in enumerate(instances)
+        )
     with connection.cursor() as cursor:
-        for model in (WorkflowInstance, InboxRecord, Continuation, Task):
+        for model in (WorkflowInstance, InboxRecord, Continuation, Task, Wait):
             cursor.execute(f"ANALYZE TABLE {model._meta.db_table}")
             cursor.fetchall()
     return namespace
@@ -117,6 +134,8 @@ def _analysed(queryset) -> tuple[list[dict], str]:
         ("inbox", "inbox_state_created"),
         ("continuations", "continuation_state_created"),
         ("retrying", "task_state_attempts"),
+        ("unclaimed", "task_queue_state_priority"),
+        ("overdue", "wait_state_expected"),
     ],
 )
 def test_each_reason_reads_the_start_of_one_index_range_however_long_the_backlog(backlog, name, index):
@@ -125,6 +144,8 @@ def test_each_reason_reads_the_start_of_one_index_range_however_long_the_backlog
         "inbox": lambda: waiting_rows(InboxRecord, InboxState.PENDING, BOUND, LIMIT),
         "continuations": lambda: waiting_rows(Continuation, ContinuationState.PENDING, BOUND, LIMIT),
         "retrying": lambda: retrying_rows(5, LIMIT),
+        "unclaimed": lambda: queued_rows("q" * 32, LIMIT),
+        "overdue": lambda: overdue_rows(BOUND, LIMIT),
     }[name]()
     assert len(list(queryset)) == LIMIT  # the backlog is longer than one read
     (table,), report = _analysed(queryset)

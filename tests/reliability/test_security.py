@@ -97,6 +97,7 @@ def security_world(tenancy):
             step_key="charge",
             cause=cause,
             reason=f"{cause} of {reviewed.id}",
+            root=None,
             now=clock.now(),
         )
         reviewed.save(update_fields=["failure_signature"])
