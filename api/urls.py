@@ -3,7 +3,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerSplitView
 
-from api import annotation_views, decision_views, engine_views, history_views
+from api import annotation_views, campaign_views, decision_views, engine_views, history_views
 from api.health_views import BackgroundView
 from api.identity_views import CredentialSelfView
 from api.index_views import ApiIndexView
@@ -53,4 +53,11 @@ urlpatterns = [
     path(f"{W}/decisions/<str:decision_id>/reject", decision_views.DecisionRejectView.as_view()),
     path("workflows/<str:instance_id>/proposals/<str:proposal_id>/approve", ProposalApproveView.as_view()),
     path("workflows/<str:instance_id>/proposals/<str:proposal_id>/reject", ProposalRejectView.as_view()),
+    path("campaigns", campaign_views.CampaignListView.as_view()),
+    path("campaigns/<str:campaign_id>", campaign_views.CampaignDetailView.as_view()),
+    path("campaigns/<str:campaign_id>/items", campaign_views.CampaignLedgerView.as_view()),
+    *(
+        path(f"campaigns/<str:campaign_id>/{action}", campaign_views.move_view(action))
+        for action in campaign_views.ACTIONS
+    ),
 ]

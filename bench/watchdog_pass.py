@@ -6,12 +6,14 @@
 
 Each scale lives in its own MariaDB database, ``weave_bench_watchdog_<scale>`` on the server WEAVE_DATABASE_URL
 names, created, migrated and filled on first use with what the watchdog reads, at a production's proportions:
-per instance one task, one inbox record and one continuation, nearly all finished; 2 % of the instances running,
-a tenth of those paused for a day; 1 % of the tasks queued again after five identical failures; 0.5 % of the inbox
-records and continuations pending for an hour. Every stuck population is larger than one pass reads (500 per
-reason) from 100 000 up. Prints, per scale, the first pass (it writes the marks), the best of ``--repeat`` steady
-passes (nothing to change) beside the smallest scale's (whose stuck populations are smaller than a pass reads),
-the buffer-pool pages read from disk during the steady passes, and the server's buffer pool size (never changed).
+per instance one task (on one queue no worker serves), one inbox record, one continuation and one signal wait,
+nearly all finished; 2 % of the instances running, a tenth of those paused for a day; 1 % of the tasks queued again
+after five identical failures; 0.5 % of the inbox records and continuations pending for an hour; 0.5 % of the waits
+an hour past the time their signal was expected, the other running ones expecting it within the day. Every stuck
+population is larger than one pass reads (500 per reason) from 100 000 up. Prints, per scale, the first pass (it
+writes the marks), the best of ``--repeat`` steady passes (nothing to change) beside the smallest scale's (whose
+stuck populations are smaller than a pass reads), the buffer-pool pages read from disk during the steady passes, and
+the server's buffer pool size (never changed).
 """
 
 import argparse
@@ -35,13 +37,19 @@ from history.models import (
     InboxState,
     InstanceState,
     Namespace,
+    Queue,
     Stall,
     Task,
     TaskState,
+    Wait,
+    WaitKind,
+    WaitState,
     WorkflowInstance,
 )
 
 TARGET_SECONDS = 2.0
+QUEUE = "q" * 32
+TABLES = (WorkflowInstance, Task, Attempt, InboxRecord, Continuation, Wait)
 CHUNK = 5_000
 FAILURE = '{"error": "card declined by the issuer"}'
 
@@ -49,9 +57,10 @@ FAILURE = '{"error": "card declined by the issuer"}'
 def _rows(scale: int, now: dt.datetime):
     """The rows of instance ``n`` for every n below ``scale``, a chunk at a time."""
     namespace = Namespace.objects.get_or_create(name="bench-watchdog")[0].id
+    Queue.objects.get_or_create(id=QUEUE, defaults={"namespace_id": namespace, "name": "bench"})
     day, hour = dt.timedelta(days=1), dt.timedelta(hours=1)
     for start in range(0, scale, CHUNK):
-        chunk = {model: [] for model in (WorkflowInstance, Task, Attempt, InboxRecord, Continuation)}
+        chunk = {model: [] for model in TABLES}
         for n in range(start, min(start + CHUNK, scale)):
             instance, task, created = new_id(), new_id(), now - 30 * day + dt.timedelta(seconds=n % 86_400)
             running = n % 50 == 0
@@ -75,7 +84,7 @@ def _rows(scale: int, now: dt.datetime):
                     id=task,
                     namespace_id=namespace,
                     application_id="a" * 32,
-                    queue_id="q" * 32,
+                    queue_id=QUEUE,
                     handler="h",
                     input="{}",
                     state=TaskState.QUEUED if retrying else TaskState.SUCCEEDED,
@@ -118,6 +127,20 @@ def _rows(scale: int, now: dt.datetime):
                     created_at=now - hour if waiting else created,
                 )
             )
+            chunk[Wait].append(
+                Wait(
+                    instance_id=instance,
+                    step_id=new_id(),
+                    activation_id=new_id(),
+                    kind=WaitKind.SIGNAL,
+                    signal_name="paid",
+                    state=WaitState.WAITING if running else WaitState.SATISFIED,
+                    deadline_at=now + day,
+                    expected_at=now - hour if waiting else now + day,
+                    created_at=created,
+                    updated_at=created,
+                )
+            )
         yield chunk
 
 
@@ -130,7 +153,7 @@ def seed(scale: int) -> float:
         for model, rows in chunk.items():
             model.objects.bulk_create(rows, batch_size=1_000)
     with connection.cursor() as cursor:
-        for model in (WorkflowInstance, Task, Attempt, InboxRecord, Continuation):
+        for model in TABLES:
             cursor.execute(f"ANALYZE TABLE {model._meta.db_table}")
             cursor.fetchall()
     return time.monotonic() - started

@@ -29,6 +29,7 @@ import console.admins.records  # noqa: F401
 import console.admins.work  # noqa: F401
 from console import actions as bulk_actions
 from console.admins.base import PERMISSIONS, ReadOnlyAdmin, operator_identity
+from console.admins.campaigns import campaign_from_selection
 from console.admins.cases import case_from_selection
 from console.attention import ACTIONS as ATTENTION_ACTIONS
 from console.attention import attention_context, attention_post, may_annotate
@@ -273,11 +274,13 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
 
     @property
     def actions(self):
-        """The bulk actions' names, one per operation that has one, read from OPERATIONS when asked, and a case."""
-        return [*bulk_actions.bulk_actions(), "case_from_selection"]
+        """The bulk actions' names, one per operation that has one, read from OPERATIONS when asked, a campaign
+        and a case."""
+        return [*bulk_actions.bulk_actions(), "campaign_from_selection", "case_from_selection"]
 
     def get_action(self, action):
-        func = {**bulk_actions.bulk_actions(), "case_from_selection": case_from_selection}.get(action)
+        own = {"campaign_from_selection": campaign_from_selection, "case_from_selection": case_from_selection}
+        func = {**bulk_actions.bulk_actions(), **own}.get(action)
         if func is None:
             return super().get_action(action)
         return func, action, func.short_description

@@ -8,6 +8,7 @@ from django.template.response import TemplateResponse
 from django.urls import path
 
 from console.background import background_box
+from console.campaigns import campaigns_box
 from console.decide import my_decisions, queue_decisions
 from console.proposals import MINE_DAYS, my_proposals, queue_proposals
 from console.queue import queue_status, review_queue
@@ -27,6 +28,7 @@ PURPOSES = {
         "history.Incident",
         "history.FailureSignature",
         "history.Stall",
+        "history.Campaign",
         "console.Case",
         "history.WorkflowDefinition",
     ),
@@ -126,6 +128,7 @@ class ConsoleSite(admin.AdminSite):
             "my_proposals_days": MINE_DAYS,
             "waiting_decisions": queue_decisions(identity) if identity is not None else [],
             "stalls": stall_summary(identity=identity) if identity is not None else None,
+            "campaigns": campaigns_box(identity),
             "my_decisions": my_decisions(identity) if identity is not None else [],
             "saved_views": [(view, view_url(view)) for view in views_of(request.user)],
             "save_form": SavedViewForm(user=request.user),

@@ -29,6 +29,7 @@ from core import clock
 from core.ids import new_id
 from core.times import format_time
 from history.models import (
+    Campaign,
     Decision,
     DecisionState,
     DeliveryState,
@@ -64,6 +65,12 @@ class Event:
     namespace_id: str
     occurred_at: dt.datetime
     data: dict
+    # What tells apart two occurrences of an event of one row (a campaign halting again once resumed).
+    occurrence: str = ""
+
+    @property
+    def delivery_key(self) -> str:
+        return f"{self.key}@{self.occurrence}" if self.occurrence else self.key
 
 
 def _definitions(ids: Iterable[str]) -> dict[str, dict]:
@@ -182,11 +189,30 @@ def _approvals(since, last_id, upto) -> list[Event]:
     return events
 
 
+def _campaign_halts(since, last_id, upto) -> list[Event]:
+    return [
+        Event(
+            WebhookEvent.CAMPAIGN_HALTED,
+            row.id,
+            row.namespace_id,
+            row.halted_at,
+            {
+                "campaign": {"id": row.id, "title": row.title, "owner": row.owner, "total": row.total},
+                "halted_reason": row.halted_reason,
+                "halted_at": format_time(row.halted_at),
+            },
+            occurrence=format_time(row.halted_at),
+        )
+        for row in _after(Campaign.objects.exclude(halted_at=None), "halted_at", since, last_id, upto)
+    ]
+
+
 SOURCES: dict[str, Callable[[dt.datetime, str, dt.datetime], list[Event]]] = {
     WebhookEvent.SIGNATURE_NEW: _new_signatures,
     WebhookEvent.REVIEW_SLA_BREACHED: _sla_breaches,
     WebhookEvent.INSTANCE_STALLED: _stalls,
     WebhookEvent.APPROVAL_REQUESTED: _approvals,
+    WebhookEvent.CAMPAIGN_HALTED: _campaign_halts,
 }
 
 
@@ -219,7 +245,7 @@ def notify_queue() -> int:
                 id=(delivery_id := new_id()),
                 webhook_id=webhook_id,
                 event=kind,
-                event_key=event.key,
+                event_key=event.delivery_key,
                 body=body_of(delivery_id, event, names.get(event.namespace_id, "")),
             )
             for event in events

@@ -11,6 +11,7 @@ joined rows out of order).
 """
 
 import contextlib
+import datetime as dt
 import enum
 import logging
 import random
@@ -22,6 +23,7 @@ from typing import TypeVar
 from django.db import OperationalError, connection, connections, transaction
 from django.db.models import Model
 
+from core import clock
 from core.db import reads as db_reads
 from history import models
 from history.events import events_batched
@@ -224,3 +226,20 @@ def atomic_with_retry(fn: Callable[[], T], *, attempts: int = 5) -> T:
             # Jittered: two transactions that collided (two runners on two cluster nodes) do not meet again.
             time.sleep(random.uniform(0.005, 0.02) * attempt)
     raise AssertionError("unreachable")
+
+
+def lease_take(model: type[Model], pk: str, *, state: str, lease: dt.timedelta) -> Model | None:
+    """The row of ``model`` while it is in ``state``, held for ``lease`` from now by whoever calls (a decision's
+    or a campaign's driver: one at a time); None when another transaction has it locked, its lease is not over,
+    or it is in another state. The holder clears ``lease_until`` when it is done."""
+
+    def take():
+        row = model.objects.select_for_update(skip_locked=True).filter(pk=pk).first()
+        now = clock.now()
+        if row is None or row.state != state or (row.lease_until and row.lease_until > now):
+            return None
+        row.lease_until = now + lease
+        row.save(update_fields=["lease_until"])
+        return row
+
+    return atomic_with_retry(take)

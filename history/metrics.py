@@ -3,8 +3,8 @@
 The gauges are read at each scrape, each from an index: instances in review by namespace, definition
 and cause, the oldest review per namespace, the reviews past their definition's SLA, the inbox records
 waiting or set aside, the recovery proposals waiting for a second person per namespace, the instances the
-watchdog marked stalled per reason, and the age of each
-running background process's last beat.
+watchdog marked stalled per reason, the repair campaigns per state and the items of those still open per
+outcome, and the age of each running background process's last beat.
 """
 
 import datetime as dt
@@ -17,6 +17,9 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from core import clock
 from history.models import (
+    CAMPAIGN_OPEN,
+    Campaign,
+    CampaignItem,
     InboxRecord,
     InboxState,
     InstanceState,
@@ -97,6 +100,23 @@ class DatabaseCollector:
         for namespace_id, reason, n in Stall.objects.values_list("namespace_id", "reason").annotate(n=Count("*")):
             stalled.add_metric([namespaces.get(namespace_id, namespace_id), reason], n)
         yield stalled
+
+        campaigns = GaugeMetricFamily("weave_campaigns", "Repair campaigns, per state.", labels=["namespace", "state"])
+        for namespace_id, state, n in Campaign.objects.values_list("namespace_id", "state").annotate(n=Count("*")):
+            campaigns.add_metric([namespaces.get(namespace_id, namespace_id), state], n)
+        yield campaigns
+
+        items = GaugeMetricFamily(
+            "weave_campaign_items",
+            "Items of the repair campaigns still open (not done or cancelled), per campaign and outcome.",
+            labels=["namespace", "campaign", "outcome"],
+        )
+        open_items = CampaignItem.objects.filter(campaign__state__in=CAMPAIGN_OPEN)
+        for namespace_id, campaign_id, outcome, n in (
+            open_items.values_list("campaign__namespace_id", "campaign_id", "outcome").annotate(n=Count("*")).order_by()
+        ):
+            items.add_metric([namespaces.get(namespace_id, namespace_id), campaign_id, outcome], n)
+        yield items
 
         beats = GaugeMetricFamily(
             "weave_background_heartbeat_age_seconds",

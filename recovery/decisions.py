@@ -36,7 +36,7 @@ from history import idempotency
 from history.audits import audit_write
 from history.events import acting_for
 from history.idempotency import receipt_freeze, receipt_replay
-from history.locking import Level, LockSet, atomic_with_retry
+from history.locking import Level, LockSet, lease_take
 from history.models import (
     Decision,
     DecisionState,
@@ -154,8 +154,17 @@ def decision_command_parse(raw: object) -> DecisionCommand:
     return DecisionCommand(kind=kind, conclusion=conclusion, result=result, **values)
 
 
-def decision_make(*, identity: Identity, instance_id: str, idempotency_key: str, command: dict, request_id: str = ""):
-    """Check and store a decision (one transaction), then drive it as far as it goes now; the decision."""
+def decision_make(
+    *,
+    identity: Identity,
+    instance_id: str,
+    idempotency_key: str,
+    command: dict,
+    request_id: str = "",
+    approval: dict | None = None,
+):
+    """Check and store a decision (one transaction), then drive it as far as it goes now; the decision. With
+    ``approval`` (a repair campaign's, approved as a whole: {"outcome", "by", "at", "note"}) it runs unheld."""
     identity.require_scope(Scope.RECOVER)
     instance_id_check(instance_id)
     idempotency.key_check(idempotency_key)
@@ -177,7 +186,7 @@ def decision_make(*, identity: Identity, instance_id: str, idempotency_key: str,
         instance = decision_subject(identity=identity, instance_id=instance_id, parsed=parsed)
         ctx = context_open(identity=identity, instance_id=instance_id, locks=None)
         # Four eyes cover the whole chain: any of its operations under a policy holds the decision back.
-        held = any(
+        held = approval is None and any(
             approvals_required(namespace_id=identity.namespace_id, definition_name=ctx.definition.name, operation=name)
             for name in parsed.kind.operations
         )
@@ -195,6 +204,7 @@ def decision_make(*, identity: Identity, instance_id: str, idempotency_key: str,
             queue_access="*" if identity.queues is None else sorted(identity.queues),
             credential_id=identity.credential_id or "",
             request_id=request_id,
+            approval=approval,
         )
         if held:
             _audit(decision, instance, identity, "workflow.decision_proposed", reason=parsed.reason, before=None)
@@ -345,7 +355,7 @@ def _moved(instance: WorkflowInstance, seen: int, *, since="you looked", then="l
 def decision_drive(decision_id: str) -> bool:
     """Run the decision's next steps until it ends or waits for the background; whether it took a step or ended
     (False too when another driver holds it, or it is not RUNNING)."""
-    decision = _lease(decision_id)
+    decision = lease_take(Decision, decision_id, state=DecisionState.RUNNING, lease=LEASE)
     if decision is None:
         return False
     identity = Identity(
@@ -366,19 +376,6 @@ def decision_drive(decision_id: str) -> bool:
     finally:
         _save(decision, lease_until=None)
     return moved
-
-
-def _lease(decision_id: str) -> Decision | None:
-    def take():
-        row = Decision.objects.select_for_update(skip_locked=True).filter(pk=decision_id).first()
-        now = clock.now()
-        if row is None or row.state != DecisionState.RUNNING or (row.lease_until and row.lease_until > now):
-            return None
-        row.lease_until = now + LEASE
-        row.save(update_fields=["lease_until"])
-        return row
-
-    return atomic_with_retry(take)
 
 
 def _save(decision: Decision, **changes) -> None:

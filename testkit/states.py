@@ -22,7 +22,7 @@ from engine.check import invariants_check
 from engine.inbox import inbox_consume_next
 from engine.instances import instance_cancel, instance_pause
 from engine.signaling import signal_accept
-from engine.worker import task_claim, task_complete
+from engine.worker import task_claim, task_claim_batch, task_complete
 from history.models import (
     Activation,
     ActivationState,
@@ -85,6 +85,23 @@ def leases_expired(engine, n=1):
     for _ in range(n):
         engine.claim(lease_seconds=1)
     clock.advance(dt.timedelta(seconds=2))
+
+
+def unknown_fleet(engine, n: int) -> list:
+    """``n`` instances of a new definition (one TASK step, ``charge``) in review, each task's only attempt UNKNOWN:
+    started an hour ago, claimed in batches, their leases expired. The queue's and the application's quotas are
+    raised to hold every task at once."""
+    Queue.objects.filter(namespace=engine.namespace).update(max_active_tasks=n)
+    Application.objects.filter(pk=engine.application.pk).update(max_active_tasks=n)
+    with clock.moved(-dt.timedelta(hours=1)):
+        instances = started(engine, n, [task_step("charge")])
+        runner.runner_settle()
+        command = {"worker": "w", "lease_seconds": 30}
+        while task_claim_batch(identity=engine.identity, queue_name="payments", command=command, limit=50):
+            pass
+    runner.pass_lease_expiry()
+    runner.runner_settle()
+    return instances
 
 
 def poll_rounds_due(engine, n=1, **poll):

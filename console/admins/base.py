@@ -17,6 +17,9 @@ PERMISSIONS = {
 }
 
 
+VIEW_INSTANCES = "history.view_workflowinstance"
+
+
 def operator_identity(request, permission: str):
     """The identity the admin user acts as, when it holds ``permission`` (a key of PERMISSIONS) and is an operator."""
     if not request.user.has_perm(PERMISSIONS[permission]):
@@ -117,3 +120,23 @@ class NamespaceSettingAdmin(admin.ModelAdmin):
             raise PermissionDenied
         form = super().get_form(request, obj, change, **kwargs)
         return type(form.__name__, (form,), {"namespace_id": identity.namespace_id})
+
+
+class IncidentAdmin(admin.ModelAdmin):
+    """The console's own incident records (cases, campaigns): whoever may view the instances reads them; adding
+    and changing is each admin's own rule; nothing is deleted."""
+
+    class Media:
+        css = {"all": ["console/console.css"]}
+
+    def has_module_permission(self, request):
+        return request.user.has_perm(VIEW_INSTANCES)
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.has_perm(VIEW_INSTANCES)
+
+    def has_change_permission(self, request, obj=None):
+        return self.has_add_permission(request)
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -9,7 +9,7 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
-from console.admins.base import HttpsURLField, scoped
+from console.admins.base import HttpsURLField, IncidentAdmin, scoped
 from console.attention import may_annotate
 from console.cases import (
     MAX_MEMBERS,
@@ -30,7 +30,6 @@ from history.selectors.access import visible_definition_ids, visible_rows
 
 MEMBERS_SHOWN = 200
 EXPORTS = {"md": (summary_markdown, "text/markdown"), "json": (summary_json, "application/json")}
-VIEW = "history.view_workflowinstance"
 
 
 class CaseForm(forms.ModelForm):
@@ -55,7 +54,7 @@ class CaseForm(forms.ModelForm):
 
 
 @admin.register(Case)
-class CaseAdmin(admin.ModelAdmin):
+class CaseAdmin(IncidentAdmin):
     """Cases are the console's own records: viewers see them, who may annotate opens and works them."""
 
     list_display = ("title", "state", "opened_by", "opened_at", "closed_at")
@@ -64,23 +63,8 @@ class CaseAdmin(admin.ModelAdmin):
     ordering = ("state", "-opened_at")
     form = CaseForm
 
-    class Media:
-        css = {"all": ["console/console.css"]}
-
-    def has_module_permission(self, request):
-        return request.user.has_perm(VIEW)
-
-    def has_view_permission(self, request, obj=None):
-        return request.user.has_perm(VIEW)
-
     def has_add_permission(self, request):
         return may_annotate(request.user) and identity_of_user(request.user) is not None
-
-    def has_change_permission(self, request, obj=None):
-        return self.has_add_permission(request)
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     def get_queryset(self, request):
         cases = scoped(request, super().get_queryset(request))

@@ -12,6 +12,7 @@ from history.models.access import Application, Credential, Namespace, Operator, 
 from history.models.audit import AuditRecord, ExecutionAudit, IdempotencyReceipt, SignalOperation, WorkflowOperation
 from history.models.background import BackgroundProcess, ProcessKind
 from history.models.base import Revision, StateFollowed
+from history.models.campaigns import CAMPAIGN_OPEN, Campaign, CampaignItem, CampaignState, ItemOutcome
 from history.models.notifications import DeliveryState, NotifyWatermark, Webhook, WebhookDelivery, WebhookEvent
 from history.models.records import (
     Continuation,
@@ -61,6 +62,11 @@ from history.models.work import (
 )
 
 __all__ = [
+    "CAMPAIGN_OPEN",
+    "Campaign",
+    "CampaignItem",
+    "CampaignState",
+    "ItemOutcome",
     "TERMINAL_TASK_STATES",
     "Activation",
     "ActivationState",

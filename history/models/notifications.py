@@ -14,6 +14,7 @@ class WebhookEvent(models.TextChoices):
     REVIEW_SLA_BREACHED = "review.sla_breached", "an instance waits in review past its definition's SLA"
     INSTANCE_STALLED = "instance.stalled", "the watchdog marks an instance stalled"
     APPROVAL_REQUESTED = "approval.requested", "a proposal or decision awaits a second person's approval"
+    CAMPAIGN_HALTED = "campaign.halted", "a repair campaign halted itself: too many items refused or failed"
     PING = "ping", "a test sent from the console"
 
 

@@ -29,6 +29,7 @@ STOP_KINDS = ("CANCEL", "FAIL")
 ORDERS = ("updated_at", "created_at", "review_since")
 # A recovery operation's name; which names exist is the server's list (an unknown one is NOT_FOUND).
 OPERATION_NAME = re.compile(r"[a-z]+(-[a-z]+)*")
+CAMPAIGN_OUTCOMES = ("PENDING", "APPLIED", "SKIPPED", "REFUSED", "FAILED")
 MAX_REVISION = 2**64 - 1
 MAX_REASON = 1024
 MAX_NOTE_TEXT = 4000
@@ -703,7 +704,68 @@ class WeaveClient:
         first, each with how many visible instances are in review with it now (``list_workflows(signature=…)``)."""
         return self._get(t.SignaturePage, "/v1/signatures", _page_params(limit, cursor))
 
+    @operation("list_campaigns")
+    def list_campaigns(self, *, limit: int | None = None, cursor: str | None = None) -> t.CampaignPage:
+        """One page of the namespace's repair campaigns the token may see, the newest first, with their counts."""
+        return self._get(t.CampaignPage, "/v1/campaigns", _page_params(limit, cursor))
+
+    @operation("get_campaign")
+    def get_campaign(self, campaign_id: str) -> t.Campaign:
+        """A repair campaign: its decision, state and counts by outcome."""
+        _check_id(campaign_id, "campaign_id")
+        return self._get(t.Campaign, f"/v1/campaigns/{campaign_id}")
+
+    @operation("list_campaign_items")
+    def list_campaign_items(
+        self, campaign_id: str, *, outcome: str | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> t.CampaignLedgerPage:
+        """One page of a campaign's ledger in selection order (the canary first); ``outcome`` keeps one outcome."""
+        _check_id(campaign_id, "campaign_id")
+        params = _page_params(limit, cursor)
+        if outcome is not None:
+            if outcome not in CAMPAIGN_OUTCOMES:
+                raise InvalidArgument(
+                    "INVALID_ARGUMENT", f"outcome must be one of {', '.join(CAMPAIGN_OUTCOMES)}", field="outcome"
+                )
+            params["outcome"] = outcome
+        return self._get(t.CampaignLedgerPage, f"/v1/campaigns/{campaign_id}/items", params)
+
     # Writes
+
+    @operation("approve_campaign")
+    def approve_campaign(self, campaign_id: str, *, note: str | None = None) -> t.Campaign:
+        """Approve a campaign held under four eyes (not its maker's to approve): READY, with its preview read."""
+        return self._campaign_move(campaign_id, "approve", note)
+
+    @operation("start_campaign")
+    def start_campaign(self, campaign_id: str, *, note: str | None = None) -> t.Campaign:
+        """Start a READY campaign: the runner decides its canary, then it waits to be widened."""
+        return self._campaign_move(campaign_id, "start", note)
+
+    @operation("pause_campaign")
+    def pause_campaign(self, campaign_id: str, *, note: str | None = None) -> t.Campaign:
+        return self._campaign_move(campaign_id, "pause", note)
+
+    @operation("resume_campaign")
+    def resume_campaign(self, campaign_id: str, *, note: str | None = None) -> t.Campaign:
+        """Resume a paused or halted campaign."""
+        return self._campaign_move(campaign_id, "resume", note)
+
+    @operation("widen_campaign")
+    def widen_campaign(self, campaign_id: str, *, note: str | None = None) -> t.Campaign:
+        """Widen a campaign past its canary (under four eyes, not its maker's): every item left runs."""
+        return self._campaign_move(campaign_id, "widen", note)
+
+    @operation("cancel_campaign")
+    def cancel_campaign(self, campaign_id: str, *, note: str | None = None) -> t.Campaign:
+        """Cancel a campaign: every item left is skipped."""
+        return self._campaign_move(campaign_id, "cancel", note)
+
+    def _campaign_move(self, campaign_id: str, action: str, note: str | None) -> t.Campaign:
+        # Not keyed: a move sent again is refused by the campaign's state, so it is never re-sent after a 503.
+        _check_id(campaign_id, "campaign_id")
+        body = {} if note is None else {"note": note}
+        return t.decode(t.Campaign, self._send("POST", f"/v1/campaigns/{campaign_id}/{action}", body=body).data)
 
     def recover(
         self, workflow_id: str, operation: str, *, idempotency_key: str, command: Mapping[str, Any]

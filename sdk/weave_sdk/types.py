@@ -375,6 +375,88 @@ class SignaturePage:
 
 
 @model
+class CampaignCounts:
+    """A campaign's items by outcome."""
+
+    PENDING: int
+    APPLIED: int
+    SKIPPED: int
+    REFUSED: int
+    FAILED: int
+
+
+@model
+class CampaignApproval:
+    by: str
+    at: dt.datetime
+    note: str
+
+
+@model
+class CampaignDecision:
+    """The decision every item of a campaign makes, as its maker gave it."""
+
+    kind: str
+    step_key: str
+    reason: str
+    evidence_ref: str
+    declared: bool
+    conclusion: str | None = None
+    result: RawJSON | None = None
+
+
+@model
+class Campaign:
+    """A repair campaign: one decision (``decision``, as given) over a frozen selection, run server-side — the
+    canary first, then widened — with its counts by outcome; under four eyes approved as a whole (``approval``)."""
+
+    id: str
+    title: str
+    state: str
+    source: str
+    decision: CampaignDecision
+    owner: str
+    canary_size: int
+    widened: bool
+    halt_percent: int
+    rate_per_second: int
+    halted_reason: str
+    four_eyes: bool
+    total: int
+    counts: CampaignCounts
+    created_at: dt.datetime
+    approval: CampaignApproval | None = None
+    parent_id: str | None = None
+    finished_at: dt.datetime | None = None
+
+
+@model
+class CampaignPage:
+    items: list[Campaign]
+    next_cursor: str | None = None
+
+
+@model
+class CampaignLedgerItem:
+    """One item of a campaign's ledger: the instance, the revision it was frozen at, and what became of it."""
+
+    position: int
+    workflow_id: str
+    revision: int
+    outcome: str
+    code: str
+    detail: str
+    decision_id: str | None = None
+    done_at: dt.datetime | None = None
+
+
+@model
+class CampaignLedgerPage:
+    items: list[CampaignLedgerItem]
+    next_cursor: str | None = None
+
+
+@model
 class LateEvidence:
     """What a worker reported after its attempt's lease was lost: recorded, never applied.
 

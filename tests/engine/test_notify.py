@@ -29,6 +29,7 @@ from history.models import (
     Webhook,
     WebhookDelivery,
     WebhookEvent,
+    WorkflowInstance,
 )
 from history.tenancy import namespace_ensure
 from recovery.operations import step_retry
@@ -295,3 +296,36 @@ def test_two_notifiers_racing_over_the_same_deliveries_send_each_once(tenancy):
     sent = Counter(request.headers["X-Weave-Delivery"] for request in receiver.received)
     assert sum(attempted) == 30 and len(sent) == 30 and set(sent.values()) == {1}
     assert set(WebhookDelivery.objects.values_list("state", flat=True)) == {DeliveryState.DELIVERED}
+
+
+def test_a_campaign_that_halts_itself_is_sent_each_time_it_halts(tenancy, engine, watching):
+    from engine.runner import runner_settle
+    from recovery.campaigns import campaign_make, campaign_move
+    from testkit.driver import task_step
+    from tests.recovery.test_campaigns import _command, _operator, _unknown
+
+    refused = [engine.start(engine.define([task_step("charge")])) for _ in range(6)]  # not in review
+    instances = [*refused, *_unknown(tenancy, 1)]
+    runner_settle()
+    operator = _operator(tenancy)
+    campaign = campaign_make(
+        identity=operator,
+        instances=WorkflowInstance.objects.filter(pk__in=[i.pk for i in instances]),
+        source="a test's selection",
+        command=_command(canary_size=7, halt_percent=10),
+        owner="olga",
+    )
+    with Receiver() as receiver:
+        _webhook(tenancy[0], receiver.url, events=[WebhookEvent.CAMPAIGN_HALTED])
+        campaign_move(identity=operator, campaign_id=campaign.id, action="started", by="olga")
+        runner_settle()
+        assert _queued_after_the_lag() == 1
+        campaign_move(identity=operator, campaign_id=campaign.id, action="resumed", by="olga")
+        runner_settle()  # one more item, and it is still past its threshold: it halts again
+        assert _queued_after_the_lag() == 1
+        notify_send()
+    bodies = [_verified(received) for received in receiver.received]
+    assert [body["event"] for body in bodies] == ["campaign.halted"] * 2
+    assert {body["data"]["campaign"]["id"] for body in bodies} == {campaign.id}
+    assert re.match(r"[45] of 5 items run were refused or failed, more than 10 %", bodies[0]["data"]["halted_reason"])
+    assert bodies[0]["data"]["halted_at"] < bodies[1]["data"]["halted_at"]

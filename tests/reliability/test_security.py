@@ -180,6 +180,9 @@ def security_world(tenancy):
             "other_signal": other_signal.id,
             "proposal": proposal.id,
             "decision": decision.id,
+            # Two campaigns (the list has a second page), the first of three items (so has its ledger).
+            "campaign": _campaign_of(namespace, [instance, sibling, runnable]),
+            "other_campaign": _campaign_of(namespace, [instance]),
         },
     )
 
@@ -280,9 +283,14 @@ class Endpoint:
         return "/" + re.sub(r"<str:(\w+)>", lambda m: values[m.group(1)], self.route)
 
 
+def _no_body(world) -> dict:
+    return {}
+
+
 PUBLIC = "public"
 W = "v1/workflows/<str:id>"
 ON_INSTANCE = {"id": "instance"}
+ON_CAMPAIGN = {"campaign_id": "campaign"}
 ENDPOINTS = [
     Endpoint("v1/credentials/self", "GET", None, "self"),
     Endpoint("healthz", "GET", PUBLIC, PUBLIC),
@@ -420,6 +428,21 @@ ENDPOINTS = [
         )
         for name, body in RECOVERY_BODIES.items()
     ],
+    Endpoint("v1/campaigns", "GET", Scope.READ, "campaigns", list_kind="campaigns", also=Scope.RECOVER),
+    Endpoint("v1/campaigns/<str:campaign_id>", "GET", Scope.READ, "campaign", ON_CAMPAIGN, also=Scope.RECOVER),
+    Endpoint(
+        "v1/campaigns/<str:campaign_id>/items",
+        "GET",
+        Scope.READ,
+        "campaign",
+        ON_CAMPAIGN,
+        list_kind="campaign_items",
+        also=Scope.RECOVER,
+    ),
+    *[
+        Endpoint(f"v1/campaigns/<str:campaign_id>/{action}", "POST", Scope.RECOVER, "campaign", ON_CAMPAIGN, _no_body)
+        for action in ("approve", "start", "pause", "resume", "widen", "cancel")
+    ],
     *[
         Endpoint(
             f"v1/workflows/<str:instance_id>/proposals/<str:proposal_id>/{decision}",
@@ -529,12 +552,19 @@ def test_refusals_come_in_spec_order_401_then_403_then_400_and_write_nothing(sen
 
 
 # What hides a resource, the request naming one that does not exist, and who may not see it.
-MISSING = {"instance": ("instance", "e" * 32), "task": ("charge_task", "e" * 32), "queue": ("payments", "nowhere")}
+MISSING = {
+    "instance": ("instance", "e" * 32),
+    "task": ("charge_task", "e" * 32),
+    "queue": ("payments", "nowhere"),
+    "campaign": ("campaign", "e" * 32),
+}
 HIDDEN_FROM = {
     "instance": [("rival", "*"), ("namespace", ["payments"]), ("namespace", ["ledger"])],
     "task": [("rival", "*"), ("namespace", ["ledger"])],
     "definition": [("rival", "*"), ("namespace", ["ledger"])],
     "queue": [("namespace", ["ledger"])],
+    # A campaign's instances are on the payments queue (and its definitions' others).
+    "campaign": [("rival", "*"), ("namespace", ["ledger"]), ("namespace", ["payments"])],
 }
 
 
@@ -682,6 +712,8 @@ MOVES = {
     "workflows": [],
     # Bound to the namespace: a cursor of another namespace's list is another list's.
     "signatures": [],
+    "campaigns": [],
+    "campaign_items": [{"campaign_id": "other_campaign"}],
 }
 
 
@@ -802,6 +834,7 @@ def security_console(security_world, security_users):
                 webhook=webhook, event="ping", event_key="k", body="{}"
             ).id,
             "console.Case": _case(w),
+            "history.Campaign": _campaign(w),
             "auth.User": security_users.operator.pk,
             "auth.Group": Group.objects.get(name="operators").pk,
         },
@@ -812,6 +845,40 @@ def _webhook(namespace) -> models.Webhook:
     return models.Webhook.objects.create(
         namespace=namespace, name="pager", url="https://hooks.example/x", events=["ping"], secret="s" * 20
     )
+
+
+def _campaign(world) -> str:
+    """A campaign of the instance, made by an operator of every queue."""
+    return _campaign_of(world.namespace, [world.instance])
+
+
+def _campaign_of(namespace, instances) -> str:
+    """A campaign of ``instances`` made by an actor none of the swept tokens or logins act as."""
+    queues = set()
+    for instance in instances:
+        queues |= set(models.WorkflowDefinition.objects.get(pk=instance.definition_id).queues)
+    campaign = models.Campaign.objects.create(
+        namespace=namespace,
+        title="declines",
+        source="a selection",
+        kind="retry",
+        step_key="charge",
+        command='{"kind": "retry", "step_key": "charge", "reason": "r", "evidence_ref": "ticket:1", "declared": true}',
+        reason="r",
+        actor_id="6" * 32,
+        owner="olga",
+        queue_access="*",
+        queues=sorted(queues),
+        canary_size=1,
+        halt_percent=10,
+        rate_per_second=1,
+        total=len(instances),
+    )
+    models.CampaignItem.objects.bulk_create(
+        models.CampaignItem(campaign=campaign, position=n, instance_id=instance.id, revision=instance.revision)
+        for n, instance in enumerate(instances)
+    )
+    return campaign.id
 
 
 def _case(world) -> int:
@@ -1142,7 +1209,12 @@ def _bulk_post(state, action: str) -> dict:
 
 
 @pytest.mark.parametrize(
-    "action", [a for a in admin.site._registry[models.WorkflowInstance].actions if a != "case_from_selection"]
+    "action",
+    [
+        a
+        for a in admin.site._registry[models.WorkflowInstance].actions
+        if a not in ("case_from_selection", "campaign_from_selection")
+    ],
 )
 def test_bulk_actions_never_reach_an_instance_outside_the_operator_reach_or_permission(client, security_forms, action):
     state, users = security_forms.state, security_forms.users
@@ -1167,6 +1239,32 @@ def test_a_case_is_never_opened_with_an_instance_outside_the_operator_reach_or_p
     client.force_login(users.operator)
     assert client.post(changelist, post).status_code == 302
     assert list(Case.objects.get().members.values_list("instance_id", flat=True)) == [state.instance.id]
+
+
+def test_a_campaign_is_never_made_with_an_instance_outside_the_operator_reach_or_permission(client, security_forms):
+    state, users = security_forms.state, security_forms.users
+    changelist = reverse("admin:history_workflowinstance_changelist")
+    post = {
+        "action": "campaign_from_selection",
+        "_selected_action": [state.instance.id],
+        "make": "1",
+        "title": "t",
+        "kind": "retry",
+        "step_key": "charge",
+        "reason": "r",
+        "evidence_ref": "ticket:1",
+        "declared": "on",
+        "canary_size": "1",
+        "halt_percent": "10",
+        "rate_per_second": "1",
+    }
+    for name, _ in FORM_REFUSALS:
+        client.force_login(getattr(users, name))
+        client.post(changelist, post, follow=True)
+        assert not models.Campaign.objects.exists(), name
+    client.force_login(users.operator)
+    assert client.post(changelist, post).status_code == 302
+    assert list(models.CampaignItem.objects.values_list("instance_id", flat=True)) == [state.instance.id]
 
 
 def _csrf_cases() -> list:

@@ -3,7 +3,16 @@
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
-from weave_sdk import Conflict, InvalidArgument, NotFound, PermissionDenied, RawJSON, Unauthenticated, WeaveClient
+from weave_sdk import (
+    Conflict,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    RawJSON,
+    Unauthenticated,
+    WeaveClient,
+)
 
 from history.models import (
     ActivationState,
@@ -326,3 +335,23 @@ def test_the_sdk_reads_the_background_a_runner_run_left(live_server, issue_token
     assert (background.summary.runners_alive, background.summary.stale) == (0, 0)  # it stopped: no runner is alive
     with _client(live_server, issue_token, Scope.CONTROL) as controller, pytest.raises(PermissionDenied):
         controller.get_background()
+
+
+def test_the_sdk_follows_a_campaign_from_start_to_its_ledger(live_server, issue_token, tenancy):
+    from engine.runner import runner_settle
+    from tests.api.test_campaigns import _made
+
+    campaign = _made(tenancy, n=3, canary_size=3)
+    with WeaveClient(live_server.url, issue_token(scopes=[Scope.RECOVER, Scope.READ]).token) as client:
+        listed = client.list_campaigns().items
+        assert [c.id for c in listed] == [campaign.id] and listed[0].counts.PENDING == 3
+        assert client.start_campaign(campaign.id, note="preview read").state == "RUNNING"
+        runner_settle()
+        done = client.get_campaign(campaign.id)
+        assert (done.state, done.counts.APPLIED, done.finished_at is not None) == ("DONE", 3, True)
+        ledger = list(client.iter_items(client.list_campaign_items, campaign.id, limit=2, outcome="APPLIED"))
+        assert [item.position for item in ledger] == [0, 1, 2] and all(item.decision_id for item in ledger)
+        with pytest.raises(FailedPrecondition, match="a DONE campaign cannot be paused"):
+            client.pause_campaign(campaign.id)
+        with pytest.raises(NotFound):
+            client.get_campaign("e" * 32)

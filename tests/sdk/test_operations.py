@@ -28,6 +28,7 @@ ARGUMENTS = {
     "task_id": T,
     "proposal_id": P,
     "decision_id": P,
+    "campaign_id": P,
     "queue": "payments",
     "idempotency_key": "key-1",
     "command": {},
@@ -52,6 +53,7 @@ PATH_VALUES = {
     "task_id": T,
     "proposal_id": P,
     "decision_id": P,
+    "campaign_id": P,
     "queue": "payments",
 }
 NOT_FOUND = '{"request_id":"' + "b" * 32 + '","error":{"code":"NOT_FOUND","message":"no such thing"}}'

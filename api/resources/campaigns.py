@@ -1,0 +1,171 @@
+"""Repair campaigns (``recovery.campaigns``): one decision over a frozen selection, its state and counts, and the
+per-item ledger."""
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from api.resources import Raw, optional, optional_time, paged
+from api.schema import (
+    AUTH_ERRORS,
+    BODY_LIMITS,
+    BODY_REFUSALS,
+    UNAVAILABLE_ERRORS,
+    Command,
+    ExactJSONField,
+    IdField,
+    TimeField,
+    reason,
+)
+from core import exactjson
+from core.times import format_time
+from history.models import Campaign, CampaignItem, CampaignState, ItemOutcome
+
+
+@extend_schema_field({"type": "string", "enum": list(CampaignState.values)}, component_name="CampaignState")
+class StateField(serializers.CharField):
+    pass
+
+
+@extend_schema_field({"type": "string", "enum": list(ItemOutcome.values)}, component_name="CampaignItemOutcome")
+class OutcomeField(serializers.CharField):
+    pass
+
+
+class Counts(serializers.Serializer):
+    """Its items by outcome."""
+
+    PENDING = serializers.IntegerField(min_value=0)
+    APPLIED = serializers.IntegerField(min_value=0)
+    SKIPPED = serializers.IntegerField(min_value=0)
+    REFUSED = serializers.IntegerField(min_value=0)
+    FAILED = serializers.IntegerField(min_value=0)
+
+
+class Approval(serializers.Serializer):
+    by = serializers.CharField(help_text="the approver's actor id")
+    at = TimeField()
+    note = serializers.CharField(allow_blank=True)
+
+
+class CampaignDecision(serializers.Serializer):
+    """The decision every item makes, as its maker gave it (each item carries its own revision)."""
+
+    kind = serializers.CharField()
+    step_key = serializers.CharField()
+    reason = serializers.CharField()
+    evidence_ref = serializers.CharField()
+    declared = serializers.BooleanField()
+    conclusion = serializers.CharField(required=False)
+    result = ExactJSONField(required=False)
+
+
+class CampaignItemSerializer(serializers.Serializer):
+    id = IdField()
+    title = serializers.CharField()
+    state = StateField()
+    source = serializers.CharField(help_text="how the selection was made")
+    decision = CampaignDecision()
+    owner = serializers.CharField(help_text="the login that made it")
+    canary_size = serializers.IntegerField(min_value=1)
+    widened = serializers.BooleanField(help_text="whether it was widened past its canary")
+    halt_percent = serializers.IntegerField(min_value=1, max_value=100)
+    rate_per_second = serializers.IntegerField(min_value=1)
+    halted_reason = serializers.CharField(allow_blank=True)
+    four_eyes = serializers.BooleanField(help_text="a policy covers its decision: a second person approves it")
+    approval = Approval(required=False, help_text="under four eyes, once approved")
+    total = serializers.IntegerField(min_value=1)
+    counts = Counts()
+    parent_id = IdField(required=False, help_text="the campaign whose refused, failed and skipped items it takes up")
+    created_at = TimeField()
+    finished_at = TimeField(required=False)
+
+
+class CampaignPage(serializers.Serializer):
+    items = CampaignItemSerializer(many=True)
+    next_cursor = serializers.CharField(required=False)
+
+
+class LedgerItem(serializers.Serializer):
+    position = serializers.IntegerField(min_value=0, help_text="its place in the selection: the canary first")
+    workflow_id = IdField()
+    revision = serializers.CharField(help_text="the instance's revision when the selection was frozen")
+    outcome = OutcomeField()
+    code = serializers.CharField(allow_blank=True, help_text="REFUSED, FAILED: the error's code; SKIPPED: why")
+    detail = serializers.CharField(allow_blank=True)
+    decision_id = IdField(required=False, help_text="APPLIED: the decision made, its receipt")
+    done_at = TimeField(required=False)
+
+
+class LedgerPage(serializers.Serializer):
+    items = LedgerItem(many=True)
+    next_cursor = serializers.CharField(required=False)
+
+
+class MoveCommand(Command):
+    note = reason(required=False, help_text="what was checked (the preview, the canary's ledger), kept in its log")
+
+
+MOVE_ERRORS = {
+    400: f"INVALID_ARGUMENT: a malformed id or body, {BODY_LIMITS} (field named); "
+    "FAILED_PRECONDITION: its state does not allow the move (named)",
+    **AUTH_ERRORS,
+    404: "NOT_FOUND: no such campaign the caller may see",
+    **BODY_REFUSALS,
+    **UNAVAILABLE_ERRORS,
+}
+MOVE_ERRORS[403] += "; under four eyes, approving and widening are not its maker's"
+
+
+def campaign(row: Campaign, counts: dict[str, int]) -> dict:
+    data = {
+        "id": row.id,
+        "title": row.title,
+        "state": row.state,
+        "source": row.source,
+        "decision": _decision(row),
+        "owner": row.owner,
+        "canary_size": row.canary_size,
+        "widened": row.widened,
+        "halt_percent": row.halt_percent,
+        "rate_per_second": row.rate_per_second,
+        "halted_reason": row.halted_reason,
+        "four_eyes": row.four_eyes,
+        "total": row.total,
+        "counts": counts,
+    }
+    optional(data, "approval", row.approval and {key: row.approval[key] for key in ("by", "at", "note")})
+    optional(data, "parent_id", row.parent_id)
+    data["created_at"] = format_time(row.created_at)
+    optional_time(data, "finished_at", row.finished_at)
+    return data
+
+
+def _decision(row: Campaign) -> dict:
+    given = exactjson.loads(row.command)
+    data = {name: given[name] for name in ("kind", "step_key", "reason", "evidence_ref", "declared")}
+    optional(data, "conclusion", given.get("conclusion"))
+    if "result" in given:
+        data["result"] = Raw(exactjson.dumps(given["result"]))
+    return data
+
+
+def ledger_item(item: CampaignItem) -> dict:
+    data = {
+        "position": item.position,
+        "workflow_id": item.instance_id,
+        "revision": str(item.revision),
+        "outcome": item.outcome,
+        "code": item.code,
+        "detail": item.detail,
+    }
+    optional(data, "decision_id", item.decision_id)
+    optional_time(data, "done_at", item.done_at)
+    return data
+
+
+def campaign_page(rows: list[tuple[Campaign, dict]], *, next_cursor: str | None) -> dict:
+    return paged({}, items=[campaign(row, counts) for row, counts in rows], next_cursor=next_cursor)
+
+
+def ledger_page(items: list[CampaignItem], *, next_cursor: str | None) -> dict:
+    return paged({}, items=[ledger_item(item) for item in items], next_cursor=next_cursor)

@@ -1,0 +1,22 @@
+"""The home page's box of repair campaigns still open (``recovery.campaigns``)."""
+
+from core.identity import Identity
+from history.models import CAMPAIGN_OPEN, Campaign, ItemOutcome
+from recovery.campaigns import campaign_counts, campaign_visible
+
+SHOWN = 10
+
+
+def campaigns_box(identity: Identity | None) -> list[dict]:
+    """The campaigns still open (awaiting approval, ready, running, waiting to be widened, paused, halted) the
+    identity may see, the latest first, each with its progress."""
+    if identity is None:
+        return []
+    latest = Campaign.objects.filter(namespace_id=identity.namespace_id, state__in=CAMPAIGN_OPEN)
+    rows = []
+    for campaign in latest.order_by("-created_at")[:SHOWN]:
+        if not campaign_visible(campaign, identity):
+            continue
+        counts = campaign_counts(campaign)
+        rows.append({"campaign": campaign, "done": campaign.total - counts[ItemOutcome.PENDING], "counts": counts})
+    return rows
