@@ -23,12 +23,14 @@ from console.cases import (
     summary_json,
     summary_markdown,
 )
-from console.models import Case, CaseState
+from console.models import Case, CaseMember, CaseState
 from core.identity import identity_of_user
 from history.models import FailureSignature, WorkflowInstance
 from history.selectors.access import visible_definition_ids, visible_rows
+from recovery.campaigns import campaigns_visible
 
 MEMBERS_SHOWN = 200
+CAMPAIGNS_SHOWN = 20
 EXPORTS = {"md": (summary_markdown, "text/markdown"), "json": (summary_json, "application/json")}
 
 
@@ -125,6 +127,7 @@ class CaseAdmin(IncidentAdmin):
             "members": [(m, instances.get(m.instance_id), progress.statuses.get(m.instance_id)) for m in members],
             "members_left_out": max(progress.total - MEMBERS_SHOWN, 0),
             "notes": case.notes.order_by("-created_at"),
+            "campaigns": _campaigns_of(request, case),
             "may_work": case.state == CaseState.OPEN and self.has_change_permission(request),
             "percent": round(100 * progress.accounted / progress.total) if progress.total else 100,
         }
@@ -213,6 +216,16 @@ def case_from_selection(modeladmin, request, queryset):
         modeladmin.message_user(request, str(refusal), messages.ERROR)
         return None
     return _opened(request, case)
+
+
+def _campaigns_of(request, case: Case) -> list:
+    """The repair campaigns the operator may see that hold any instance of the case, the newest first."""
+    identity = identity_of_user(request.user)
+    if identity is None:
+        return []
+    members = CaseMember.objects.filter(case=case).values("instance_id")
+    touching = campaigns_visible(identity).filter(items__instance_id__in=members).distinct()
+    return list(touching.order_by("-created_at")[:CAMPAIGNS_SHOWN])
 
 
 def _opened(request, case: Case):

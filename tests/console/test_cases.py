@@ -12,6 +12,7 @@ from django.test import Client
 from console.models import Case, CaseMember, CaseState
 from core.identity import identity_of_user
 from history.models import WorkflowInstance
+from recovery.campaigns import campaign_make
 from recovery.operations import instance_continue, step_retry
 from testkit import requests as rq
 from testkit import states
@@ -122,6 +123,27 @@ def test_a_selection_of_the_instance_list_becomes_a_case(tenancy, console_user, 
     assert answer.status_code == 302 and answer["Location"] == f"/admin/console/case/{case.pk}/change/"
     assert set(case.members.values_list("instance_id", flat=True)) == set(chosen)
     assert case.title == "2 selected instances"
+    # A campaign on one of its instances is linked from the case; one on none of them is not.
+    anna = identity_of_user(console_user("anna", "operators"))
+    campaigns = [
+        campaign_make(
+            identity=anna,
+            instances=WorkflowInstance.objects.filter(pk=instance_id),
+            source="a test's selection",
+            command={
+                "title": title,
+                "kind": "retry",
+                "step_key": "charge",
+                "reason": "r",
+                "evidence_ref": "t:1",
+                "declared": True,
+            },
+            owner="anna",
+        )
+        for title, instance_id in (("on the case", failed[0].instance.id), ("elsewhere", failed[1].instance.id))
+    ]
+    linked = re.findall(r'<a href="/admin/history/campaign/(\w+)/change/">', _page(olga, case))
+    assert linked == [campaigns[0].id]
 
 
 @pytest.mark.parametrize(
