@@ -8,7 +8,7 @@ run:  ## the demo on the embedded SQLite: migrate, seed, serve admin + API on PO
 serve:  ## the production process model on MariaDB: gunicorn, the runner, workers and metrics under honcho (Procfile)
 	scripts/serve.sh
 
-test:  ## lint and the whole suite, on SQLite and on MariaDB, and the race tests on a Galera cluster
+test:  ## lint and the suite on SQLite and on MariaDB (the browser tests on SQLite only), the races on Galera
 	scripts/test.sh
 
 test-cluster:  ## the cluster lane: reliability tests spread over three Galera nodes, faults, the MariaDB lane on one
