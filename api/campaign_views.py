@@ -18,7 +18,13 @@ from core.errors import InvalidArgument
 from core.ids import ID_PATTERN
 from history.models import Campaign, CampaignItem, ItemOutcome, Scope
 from history.selectors.pagination import ListKind, keyset_page
-from recovery.campaigns import campaign_counts, campaign_get, campaign_move, campaigns_visible
+from recovery.campaigns import (
+    campaign_counts,
+    campaign_get,
+    campaign_move,
+    campaign_verification,
+    campaigns_visible,
+)
 
 CAMPAIGNS = ListKind("campaigns", Campaign, ("created_at", "id"))
 LEDGER = ListKind("campaign_items", CampaignItem, ("position",))
@@ -55,7 +61,7 @@ class CampaignListView(APIView):
         parents = [request.auth.namespace_id]
         limit, after = list_params(request.query_params, kind=CAMPAIGNS, parents=parents)
         page = keyset_page(campaigns_visible(request.auth), kind=CAMPAIGNS, after=after, limit=limit)
-        rows = [(row, campaign_counts(row)) for row in page.items]
+        rows = [(row, campaign_counts(row), campaign_verification(row)) for row in page.items]
         cursor = next_cursor(page, kind=CAMPAIGNS, parents=parents)
         return Response(campaigns.campaign_page(rows, next_cursor=cursor))
 
@@ -74,7 +80,7 @@ class CampaignDetailView(APIView):
         campaign_id = path_id(campaign_id, field="campaign_id")
         no_params(request.query_params)
         found = campaign_get(identity=request.auth, campaign_id=campaign_id)
-        return Response(campaigns.campaign(found, campaign_counts(found)))
+        return Response(campaigns.campaign(found, campaign_counts(found), campaign_verification(found)))
 
 
 class CampaignLedgerView(APIView):
@@ -124,7 +130,7 @@ class CampaignMoveView(APIView):
             by=request.auth.actor_id,
             note=note,
         )
-        return Response(campaigns.campaign(moved, campaign_counts(moved)))
+        return Response(campaigns.campaign(moved, campaign_counts(moved), campaign_verification(moved)))
 
 
 def move_view(action: str):

@@ -243,6 +243,10 @@ def _facts(instance: models.WorkflowInstance):
     return decision_facts(instance_page(instance=instance, with_audit=False, events=NEWEST_FIRST, events_before=None))
 
 
+# The repairs the instance page shows, the latest first.
+REPAIRS_SHOWN = 5
+
+
 @admin.register(models.WorkflowInstance)
 class WorkflowInstanceAdmin(ReadOnlyAdmin):
     # Narrow enough for 1 280 px beside the filters: the id shortened (whole on hover), the flags in the state.
@@ -344,6 +348,8 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
             "proposals": instance_proposals(instance),
             "decisions": decision_rows(instance),
             "stall": models.Stall.objects.filter(instance_id=instance.id).first(),
+            # Whether its latest repairs worked (recovery.repairs), the latest first.
+            "repairs": models.RepairCheck.objects.filter(instance_id=instance.id).order_by("-made_at")[:REPAIRS_SHOWN],
             # Acknowledgement, assignment and notes: never the engine's state.
             "attention": attention_context(request, instance),
         }

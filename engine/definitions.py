@@ -334,7 +334,11 @@ def definition_validate(*, namespace_id: str, document: Any) -> dict:
     if not isinstance(document, dict):
         raise _fail("definition", "must be a JSON object")
     document = exactjson.to_python(document)
-    _only(document, ("name", "version", "application", "deadline_seconds", "review_sla_seconds", "steps"), "")
+    _only(
+        document,
+        ("name", "version", "application", "deadline_seconds", "review_sla_seconds", "repair_window_seconds", "steps"),
+        "",
+    )
     name = document.get("name")
     if not isinstance(name, str) or not is_name(name):
         raise _fail("name", "must match [a-z0-9][a-z0-9_.-]{0,63}")
@@ -348,6 +352,9 @@ def definition_validate(*, namespace_id: str, document: Any) -> dict:
     deadline_seconds = _integer(document, "deadline_seconds", "", low=1, high=MAX_SECONDS, default=None)
     # How long an instance may wait in review before the console's queue flags it (no engine effect).
     review_sla = _integer(document, "review_sla_seconds", "", low=1, high=MAX_SECONDS, default=None)
+    # How long after a repair (a Continue) the repaired step has to move before the repair is judged ineffective
+    # (``recovery.repairs``; no engine effect). Absent: a window per step kind.
+    repair_window = _integer(document, "repair_window_seconds", "", low=1, high=MAX_SECONDS, default=None)
     raw_steps = document.get("steps")
     if not isinstance(raw_steps, list) or not raw_steps:
         raise _fail("steps", "must be a non-empty list")
@@ -361,6 +368,7 @@ def definition_validate(*, namespace_id: str, document: Any) -> dict:
             "application": application,
             "deadline_seconds": deadline_seconds,
             **({"review_sla_seconds": review_sla} if review_sla else {}),
+            **({"repair_window_seconds": repair_window} if repair_window else {}),
             "steps": steps,
         },
         "queues": sorted({step["queue"] for step in steps if "queue" in step}),

@@ -39,6 +39,9 @@ from history.models import (
     NotifyWatermark,
     Proposal,
     ProposalState,
+    RepairCheck,
+    RepairVerdict,
+    ReviewAttention,
     Stall,
     Webhook,
     WebhookDelivery,
@@ -207,12 +210,44 @@ def _campaign_halts(since, last_id, upto) -> list[Event]:
     ]
 
 
+def _ineffective_repairs(since, last_id, upto) -> list[Event]:
+    """Repairs judged ineffective or regressed, with who was on the review they lifted (its last assignee)."""
+    failed = (RepairVerdict.INEFFECTIVE, RepairVerdict.REGRESSED)
+    rows = list(_after(RepairCheck.objects.filter(verdict__in=failed), "judged_at", since, last_id, upto))
+    instances = _instances(row.instance_id for row in rows)
+    assignees = dict(
+        ReviewAttention.objects.filter(instance_id__in=[row.instance_id for row in rows]).values_list(
+            "instance_id", "assignee"
+        )
+    )
+    return [
+        Event(
+            WebhookEvent.REPAIR_INEFFECTIVE,
+            row.id,
+            row.namespace_id,
+            row.judged_at,
+            {
+                "workflow": instances[row.instance_id],
+                "step_key": row.step_key,
+                "review_cause": row.cause,
+                "verdict": row.verdict,
+                "detail": row.detail,
+                "repaired_at": format_time(row.made_at),
+                "assignee": assignees.get(row.instance_id) or None,
+            },
+        )
+        for row in rows
+        if row.instance_id in instances
+    ]
+
+
 SOURCES: dict[str, Callable[[dt.datetime, str, dt.datetime], list[Event]]] = {
     WebhookEvent.SIGNATURE_NEW: _new_signatures,
     WebhookEvent.REVIEW_SLA_BREACHED: _sla_breaches,
     WebhookEvent.INSTANCE_STALLED: _stalls,
     WebhookEvent.APPROVAL_REQUESTED: _approvals,
     WebhookEvent.CAMPAIGN_HALTED: _campaign_halts,
+    WebhookEvent.REPAIR_INEFFECTIVE: _ineffective_repairs,
 }
 
 

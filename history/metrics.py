@@ -4,7 +4,7 @@ The gauges are read at each scrape, each from an index: instances in review by n
 and cause, the oldest review per namespace, the reviews past their definition's SLA, the inbox records
 waiting or set aside, the recovery proposals waiting for a second person per namespace, the instances the
 watchdog marked stalled per reason, the repair campaigns per state and the items of those still open per
-outcome, and the age of each running background process's last beat.
+outcome, the repairs by the verdict on them, and the age of each running background process's last beat.
 """
 
 import datetime as dt
@@ -26,6 +26,7 @@ from history.models import (
     Namespace,
     Proposal,
     ProposalState,
+    RepairCheck,
     Stall,
     WorkflowDefinition,
     WorkflowInstance,
@@ -105,6 +106,23 @@ class DatabaseCollector:
         for namespace_id, state, n in Campaign.objects.values_list("namespace_id", "state").annotate(n=Count("*")):
             campaigns.add_metric([namespaces.get(namespace_id, namespace_id), state], n)
         yield campaigns
+
+        repairs = GaugeMetricFamily(
+            "weave_repairs",
+            "Repairs (each Continue that let an instance run on) by the verdict on them, per definition and step.",
+            labels=["namespace", "definition", "step", "verdict"],
+        )
+        judged = list(
+            RepairCheck.objects.values_list("namespace_id", "definition_id", "step_key", "verdict")
+            .annotate(n=Count("*"))
+            .order_by()
+        )
+        names = dict(WorkflowDefinition.objects.filter(id__in={row[1] for row in judged}).values_list("id", "name"))
+        for namespace_id, definition_id, step_key, verdict, n in judged:
+            repairs.add_metric(
+                [namespaces.get(namespace_id, namespace_id), names.get(definition_id, ""), step_key, verdict], n
+            )
+        yield repairs
 
         items = GaugeMetricFamily(
             "weave_campaign_items",

@@ -11,7 +11,9 @@ class RecoveryConfig(AppConfig):
         from engine.runner import PASSES
         from recovery.campaigns import pass_campaigns
         from recovery.decisions import pass_decisions
+        from recovery.repairs import pass_repair_checks
 
         PASSES["decisions"] = pass_decisions
         # After the decisions: a campaign's items are decisions, driven on by the next passes.
         PASSES["campaigns"] = pass_campaigns
+        PASSES["repairs"] = pass_repair_checks

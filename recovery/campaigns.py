@@ -15,10 +15,12 @@ Under a four-eyes policy that covers the decision for any instance of the select
 a second person approves it as a whole, with its preview, and widens it past its canary; its items' decisions then
 run unheld, each carrying that approval.
 
-The first ``canary_size`` items run first; then the campaign waits (CANARY_DONE) for someone to read their ledger
-and widen it. It halts itself once more than ``halt_percent`` of the items run were refused or failed, saying why,
-and takes at most ``rate_per_second`` items a second. Paused, halted and cancelled campaigns take nothing; "again"
-makes a campaign of a finished one's failed, refused and skipped items at their revisions now.
+The first ``canary_size`` items run first; then the campaign waits (CANARY_DONE) until every repair of its canary
+is judged (``recovery.repairs``): all worked, it widens itself; one did not, it halts. A person may widen it at any
+time (under four eyes, the second person). It halts itself once more than ``halt_percent`` of the items run were
+refused, failed or repaired ineffectively, saying why, and takes at most ``rate_per_second`` items a second.
+Paused, halted and cancelled campaigns take nothing; "again" makes a campaign of a finished one's failed, refused
+and skipped items at their revisions now.
 """
 
 import datetime as dt
@@ -43,6 +45,7 @@ from history.models import (
     DecisionState,
     InstanceState,
     ItemOutcome,
+    RepairVerdict,
     Scope,
     WorkflowDefinition,
     WorkflowInstance,
@@ -51,6 +54,7 @@ from history.proposals import approvals_required
 from history.selectors.access import visible_rows
 from recovery.decisions import KINDS, decision_command_parse, decision_make
 from recovery.eligibility import instance_eligibility
+from recovery.repairs import repair_verdicts
 
 # Items frozen per insert, and taken per executor and pass.
 CHUNK = 2_000
@@ -333,7 +337,8 @@ def _entry(at: dt.datetime, by: str, action: str, note: str) -> dict:
 
 
 def pass_campaigns() -> int:
-    """A runner pass: each running campaign no executor holds takes its next items; how many items ran."""
+    """A runner pass: each running campaign no executor holds takes its next items, and each canary whose repairs
+    are all judged widens its campaign or halts it; how many items ran and campaigns moved."""
     now = clock.now()
     ids = (
         Campaign.objects.filter(state=CampaignState.RUNNING)
@@ -341,7 +346,52 @@ def pass_campaigns() -> int:
         .order_by("updated_at")
         .values_list("id", flat=True)[:BATCH]
     )
-    return sum(campaign_run(campaign_id) for campaign_id in list(ids))
+    ran = sum(campaign_run(campaign_id) for campaign_id in list(ids))
+    # Under four eyes the widening is a second person's: they read the canary's verdicts on its page.
+    canaries = Campaign.objects.filter(state=CampaignState.CANARY_DONE, four_eyes=False).values_list("id", flat=True)
+    return ran + sum(_canary_judged(campaign_id) for campaign_id in list(canaries[:BATCH]))
+
+
+def campaign_verification(campaign: Campaign) -> dict[str, int]:
+    """The verdicts on the repairs of its applied items since it was made (``recovery.repairs``), by verdict."""
+    applied = CampaignItem.objects.filter(campaign=campaign, outcome=ItemOutcome.APPLIED).values("instance_id")
+    return repair_verdicts(applied, since=campaign.created_at)
+
+
+def _canary_judged(campaign_id: str) -> int:
+    """Widen a campaign whose canary's repairs all worked, halt one where any did not; 1 when it moved. A canary
+    with no repair (every item skipped or refused) waits for a person."""
+
+    def judge() -> int:
+        campaign = Campaign.objects.select_for_update().filter(pk=campaign_id, state=CampaignState.CANARY_DONE).first()
+        if campaign is None:
+            return 0
+        canary = CampaignItem.objects.filter(
+            campaign=campaign, position__lt=campaign.canary_size, outcome=ItemOutcome.APPLIED
+        )
+        applied = canary.count()
+        verdicts = repair_verdicts(canary.values("instance_id"), since=campaign.created_at)
+        failed = verdicts[RepairVerdict.INEFFECTIVE] + verdicts[RepairVerdict.REGRESSED]
+        now = clock.now()
+        if failed:
+            campaign.state, campaign.halted_at = CampaignState.HALTED, now
+            campaign.halted_reason = (
+                f"the canary's repairs did not all work: {verdicts[RepairVerdict.INEFFECTIVE]} ineffective, "
+                f"{verdicts[RepairVerdict.REGRESSED]} regressed"
+            )
+            campaign.log = [*campaign.log, _entry(now, "the campaign", "halted", campaign.halted_reason)]
+        elif applied and verdicts[RepairVerdict.EFFECTIVE] >= applied:
+            campaign.state, campaign.widened = CampaignState.RUNNING, True
+            campaign.paced_since, campaign.paced_items = now, 0
+            note = f"every repair of the canary's {applied} worked"
+            campaign.log = [*campaign.log, _entry(now, "the campaign", "widened", note)]
+        else:
+            return 0
+        campaign.updated_at = now
+        campaign.save()
+        return 1
+
+    return atomic_with_retry(judge)
 
 
 def campaign_run(campaign_id: str) -> int:
@@ -358,13 +408,15 @@ def campaign_run(campaign_id: str) -> int:
         if not campaign.widened:
             pending = pending.filter(position__lt=campaign.canary_size)
         counts = Counter(campaign_counts(campaign))
+        verified = campaign_verification(campaign)
+        ineffective = verified[RepairVerdict.INEFFECTIVE] + verified[RepairVerdict.REGRESSED]
         for item in pending.order_by("position")[: _allowance(campaign)]:
             Campaign.objects.filter(pk=campaign.pk).update(lease_until=clock.now() + LEASE)
             outcome = _run_item(campaign, identity, decision, item)
             counts[outcome] += 1
             counts[ItemOutcome.PENDING] -= 1
             ran += 1
-            if halted := _halting(campaign, counts):
+            if halted := _halting(campaign, counts, ineffective):
                 campaign.state, campaign.halted_reason, campaign.halted_at = CampaignState.HALTED, halted, clock.now()
                 campaign.log = [*campaign.log, _entry(clock.now(), "the campaign", "halted", halted)]
                 break
@@ -402,9 +454,11 @@ def _allowance(campaign: Campaign) -> int:
     return max(0, min(BATCH, int(earned) - campaign.paced_items))
 
 
-def _halting(campaign: Campaign, counts: Counter) -> str:
-    """Why the campaign must halt now (blank: it goes on): more of its run items refused or failed than it allows."""
-    bad = counts[ItemOutcome.REFUSED] + counts[ItemOutcome.FAILED]
+def _halting(campaign: Campaign, counts: Counter, ineffective: int) -> str:
+    """Why the campaign must halt now (blank: it goes on): more of its run items refused, failed or repaired
+    ineffectively than it allows."""
+    refused = counts[ItemOutcome.REFUSED] + counts[ItemOutcome.FAILED]
+    bad = refused + ineffective
     run = campaign.total - counts[ItemOutcome.PENDING]
     if run < min(HALT_AFTER, campaign.canary_size) or bad * 100 <= campaign.halt_percent * run:
         return ""
@@ -416,7 +470,10 @@ def _halting(campaign: Campaign, counts: Counter) -> str:
         .first()
     )
     why = f"; most often {common[0]}: {common[1]}" if common else ""
-    return f"{bad} of {run} items run were refused or failed, more than {campaign.halt_percent} %{why}"[:1024]
+    repairs = f" and {ineffective} of their repairs did not work" if ineffective else ""
+    return f"{refused} of {run} items run were refused or failed{repairs}, more than {campaign.halt_percent} %{why}"[
+        :1024
+    ]
 
 
 def _run_item(campaign: Campaign, identity: Identity, decision: dict, item: CampaignItem) -> str:

@@ -41,6 +41,15 @@ class Counts(serializers.Serializer):
     FAILED = serializers.IntegerField(min_value=0)
 
 
+class Verification(serializers.Serializer):
+    """The verdicts on the repairs of its applied items (every Continue that let one run on is watched)."""
+
+    WATCHING = serializers.IntegerField(min_value=0)
+    EFFECTIVE = serializers.IntegerField(min_value=0)
+    INEFFECTIVE = serializers.IntegerField(min_value=0)
+    REGRESSED = serializers.IntegerField(min_value=0)
+
+
 class Approval(serializers.Serializer):
     by = serializers.CharField(help_text="the approver's actor id")
     at = TimeField()
@@ -75,6 +84,7 @@ class CampaignItemSerializer(serializers.Serializer):
     approval = Approval(required=False, help_text="under four eyes, once approved")
     total = serializers.IntegerField(min_value=1)
     counts = Counts()
+    verification = Verification()
     parent_id = IdField(required=False, help_text="the campaign whose refused, failed and skipped items it takes up")
     created_at = TimeField()
     finished_at = TimeField(required=False)
@@ -116,7 +126,7 @@ MOVE_ERRORS = {
 MOVE_ERRORS[403] += "; under four eyes, approving and widening are not its maker's"
 
 
-def campaign(row: Campaign, counts: dict[str, int]) -> dict:
+def campaign(row: Campaign, counts: dict[str, int], verification: dict[str, int]) -> dict:
     data = {
         "id": row.id,
         "title": row.title,
@@ -132,6 +142,7 @@ def campaign(row: Campaign, counts: dict[str, int]) -> dict:
         "four_eyes": row.four_eyes,
         "total": row.total,
         "counts": counts,
+        "verification": verification,
     }
     optional(data, "approval", row.approval and {key: row.approval[key] for key in ("by", "at", "note")})
     optional(data, "parent_id", row.parent_id)
@@ -163,8 +174,8 @@ def ledger_item(item: CampaignItem) -> dict:
     return data
 
 
-def campaign_page(rows: list[tuple[Campaign, dict]], *, next_cursor: str | None) -> dict:
-    return paged({}, items=[campaign(row, counts) for row, counts in rows], next_cursor=next_cursor)
+def campaign_page(rows: list[tuple[Campaign, dict, dict]], *, next_cursor: str | None) -> dict:
+    return paged({}, items=[campaign(*row) for row in rows], next_cursor=next_cursor)
 
 
 def ledger_page(items: list[CampaignItem], *, next_cursor: str | None) -> dict:

@@ -25,6 +25,7 @@ from history.models import (
     FailureSignature,
     InstanceState,
     ItemOutcome,
+    RepairCheck,
     WorkflowInstance,
 )
 from history.selectors.access import visible_rows
@@ -35,6 +36,7 @@ from recovery.campaigns import (
     campaign_make,
     campaign_move,
     campaign_preview,
+    campaign_verification,
     campaigns_visible,
 )
 from recovery.decisions import KINDS
@@ -243,7 +245,9 @@ class CampaignAdmin(IncidentAdmin):
             if campaign.state in (CampaignState.PROPOSED, CampaignState.READY)
             else None,
             "ledger": ledger[:LEDGER_PAGE],
-            "next_after": ledger[LEDGER_PAGE - 1].position if len(ledger) > LEDGER_PAGE else None,
+            "verification": campaign_verification(campaign),
+            # The latest verdict on each shown instance's repair since the campaign was made.
+            "verdicts": _latest_verdicts(campaign, [item.instance_id for item in ledger[:LEDGER_PAGE]]),
             "outcome": outcome,
             "outcomes": ItemOutcome.choices,
             "moves": MOVES.get(campaign.state, ()) if self.has_change_permission(request) else (),
@@ -310,6 +314,15 @@ class CampaignAdmin(IncidentAdmin):
         )
         response["Content-Disposition"] = f'attachment; filename="campaign-{campaign.pk}-ledger.{fmt}"'
         return response
+
+
+def _latest_verdicts(campaign: Campaign, instance_ids: list[str]) -> list[tuple[str, str, str]]:
+    """(instance, verdict, detail) of the latest repair watch of each instance since the campaign was made."""
+    checks = RepairCheck.objects.filter(instance_id__in=instance_ids, made_at__gte=campaign.created_at)
+    latest: dict[str, tuple[str, str, str]] = {}
+    for row in checks.order_by("-made_at").values_list("instance_id", "verdict", "detail"):
+        latest.setdefault(row[0], row)
+    return list(latest.values())
 
 
 def _pasted(identity, text: str) -> tuple[list[str], list[str]]:

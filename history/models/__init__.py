@@ -32,6 +32,7 @@ from history.models.records import (
     WaitKind,
     WaitState,
 )
+from history.models.repairs import RepairCheck, RepairVerdict
 from history.models.review import (
     ApprovalPolicy,
     Decision,
@@ -62,6 +63,8 @@ from history.models.work import (
 )
 
 __all__ = [
+    "RepairCheck",
+    "RepairVerdict",
     "CAMPAIGN_OPEN",
     "Campaign",
     "CampaignItem",

@@ -15,6 +15,7 @@ class WebhookEvent(models.TextChoices):
     INSTANCE_STALLED = "instance.stalled", "the watchdog marks an instance stalled"
     APPROVAL_REQUESTED = "approval.requested", "a proposal or decision awaits a second person's approval"
     CAMPAIGN_HALTED = "campaign.halted", "a repair campaign halted itself: too many items refused or failed"
+    REPAIR_INEFFECTIVE = "repair.ineffective", "a repair did not work: ineffective or regressed"
     PING = "ping", "a test sent from the console"
 
 

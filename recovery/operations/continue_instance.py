@@ -26,6 +26,7 @@ from history.models import (
 from recovery.commands import Command, Declaration
 from recovery.context import Context
 from recovery.pipeline import Effect, Operation, Plan
+from recovery.repairs import repair_watch
 from recovery.step_history import step_conclusion
 
 CONTINUATION_KIND = "CONTINUE"
@@ -117,6 +118,7 @@ class Continue(Operation):
 
     def apply(self, ctx: Context, command: ContinueCommand, plan: ContinuePlan, *, operation_id: str) -> Effect:
         instance = ctx.instance
+        lifted = (instance.review_cause, instance.review_step_key)
         instance_review_lift(
             instance=instance,
             gate=ctx.gate,
@@ -128,6 +130,16 @@ class Continue(Operation):
         if plan.instance_state == InstanceState.RUNNING:
             continuation = continuation_create(instance=instance, kind=CONTINUATION_KIND, now=ctx.now)
             after["root_continuation_id"] = continuation.id
+            # It runs on: whether the repair worked is judged from here (a stopping instance has nothing to prove).
+            cause, step_key = lifted
+            repair_watch(
+                instance=instance,
+                definition=ctx.definition,
+                cause=cause,
+                step_key=step_key,
+                operation_id=operation_id,
+                now=ctx.now,
+            )
         return Effect(before={}, after=after)
 
 

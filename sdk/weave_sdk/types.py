@@ -386,6 +386,16 @@ class CampaignCounts:
 
 
 @model
+class CampaignVerification:
+    """The verdicts on the repairs of a campaign's applied items."""
+
+    WATCHING: int
+    EFFECTIVE: int
+    INEFFECTIVE: int
+    REGRESSED: int
+
+
+@model
 class CampaignApproval:
     by: str
     at: dt.datetime
@@ -424,6 +434,7 @@ class Campaign:
     four_eyes: bool
     total: int
     counts: CampaignCounts
+    verification: CampaignVerification
     created_at: dt.datetime
     approval: CampaignApproval | None = None
     parent_id: str | None = None

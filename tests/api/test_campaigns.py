@@ -44,11 +44,10 @@ def test_a_campaign_is_listed_read_and_moved_and_its_ledger_follows_it(api, call
     assert error_of(_move(api, reader, campaign.id, "start")) == (403, "PERMISSION_DENIED", None)
     status, moved = _move(api, recoverer, campaign.id, "start", note="preview read")
     assert status == 200 and moved["data"]["state"] == "RUNNING"
-    runner_settle()
+    runner_settle()  # the canary's repair worked: it widened itself and decided the rest
     _, one = call(f"/v1/campaigns/{campaign.id}", reader)
-    assert (one["data"]["state"], one["data"]["counts"]["APPLIED"]) == ("CANARY_DONE", 1)
-    _move(api, recoverer, campaign.id, "widen")
-    runner_settle()
+    assert (one["data"]["widened"], one["data"]["counts"]["APPLIED"]) == (True, 3)
+    assert one["data"]["verification"] == {"WATCHING": 0, "EFFECTIVE": 3, "INEFFECTIVE": 0, "REGRESSED": 0}
     _, page = call(f"/v1/campaigns/{campaign.id}/items", reader, limit="2")
     first = page["data"]["items"]
     assert [i["position"] for i in first] == [0, 1] and {i["outcome"] for i in first} == {"APPLIED"}
@@ -81,9 +80,15 @@ def test_bad_requests_are_named_and_a_campaign_beyond_reach_is_not_found(api, ca
 
 def test_under_four_eyes_the_maker_cannot_approve_over_the_api(api, tenancy, issue_token):
     ApprovalPolicy.objects.create(namespace=tenancy[0], operation="review-task", approvals_required=1)
-    campaign = _made(tenancy, n=1)
+    campaign = _made(tenancy, n=2, canary_size=1)
     assert campaign.state == CampaignState.PROPOSED
     maker = issue_token(scopes=[Scope.RECOVER], actor_id="d" * 32).token
     assert error_of(_move(api, maker, campaign.id, "approve"))[:2] == (403, "PERMISSION_DENIED")
-    status, body = _move(api, issue_token(scopes=[Scope.RECOVER], actor_id="f" * 32).token, campaign.id, "approve")
+    approver = issue_token(scopes=[Scope.RECOVER], actor_id="f" * 32).token
+    status, body = _move(api, approver, campaign.id, "approve")
     assert status == 200 and body["data"]["state"] == "READY" and body["data"]["approval"]["by"] == "f" * 32
+    _move(api, maker, campaign.id, "start")
+    runner_settle()  # under four eyes the canary waits for the second person, whatever its verdicts
+    assert error_of(_move(api, maker, campaign.id, "widen"))[:2] == (403, "PERMISSION_DENIED")
+    status, body = _move(api, approver, campaign.id, "widen", note="the canary's repair worked")
+    assert (status, body["data"]["state"], body["data"]["widened"]) == (200, "RUNNING", True)

@@ -1,12 +1,13 @@
 """Campaigns in the console: made from a selection of any size, a failure signature or pasted lines; previewed,
 started, widened and followed on their page, with the ledger, its filter and its exports."""
 
+import html
 import json
 import re
 
 import pytest
 
-from engine.runner import runner_settle
+from engine.runner import runner_pass, runner_settle
 from history.models import ApprovalPolicy, Campaign, CampaignItem, CampaignState, ItemOutcome, WorkflowInstance
 from testkit.states import task_unknown_state
 
@@ -36,7 +37,7 @@ def _move(client, campaign, action, **extra):
     return client.post(f"/admin/history/campaign/{campaign.pk}/move/", {"action": action, **extra})
 
 
-def test_select_all_becomes_a_campaign_that_is_previewed_started_widened_and_exported(client, tenancy, console_user):
+def test_select_all_becomes_a_campaign_that_is_previewed_started_verified_and_exported(client, tenancy, console_user):
     instances = [task_unknown_state(tenancy).instance for _ in range(3)]
     client.force_login(console_user("olga", "operators"))
     chosen = {
@@ -57,15 +58,17 @@ def test_select_all_becomes_a_campaign_that_is_previewed_started_widened_and_exp
     assert re.search(r'<li data-verdict="would be decided"><strong>3</strong>', page)
     assert page.count("review-task possible") == 3
     _move(client, campaign, "started")
-    runner_settle()
+    runner_pass()  # the canary's decision is made
     page = _page(client, campaign)
     assert 'id="campaign-state">CANARY_DONE<' in page and len(re.findall(r'data-outcome="APPLIED"><td>', page)) == 1
     home = client.get("/admin/").content.decode()
     assert re.search(rf'<li data-campaign="{campaign.pk}">.*?<strong>CANARY_DONE</strong>.*?1 of 3', home, re.S)
-    _move(client, campaign, "widened", note="the canary succeeded")
-    runner_settle()
+    runner_settle()  # its repair worked: it widens itself and decides the rest
     campaign.refresh_from_db()
-    assert campaign.state == CampaignState.DONE and campaign.log[-2]["note"] == "the canary succeeded"
+    assert campaign.state == CampaignState.DONE and campaign.log[-2]["note"] == "every repair of the canary's 1 worked"
+    page = _page(client, campaign)
+    verified = re.search(r'<p id="campaign-verified">(.*?)</p>', page, re.S).group(1)
+    assert '<span data-verdict="EFFECTIVE">EFFECTIVE: 3</span>' in verified
     applied = client.get(f"/admin/history/campaign/{campaign.pk}/change/", {"outcome": "APPLIED"}).content.decode()
     assert {i.id for i in instances} == set(re.findall(r'<tr data-item="(\w+)" data-outcome="APPLIED">', applied))
     lines = b"".join(client.get(f"/admin/history/campaign/{campaign.pk}/ledger.jsonl").streaming_content).splitlines()
@@ -120,3 +123,18 @@ def test_under_four_eyes_the_maker_cannot_approve_and_a_viewer_cannot_move(clien
     campaign.refresh_from_db()
     assert campaign.state == CampaignState.READY and campaign.approval["name"] == "anna"
     assert CampaignItem.objects.get().outcome == ItemOutcome.PENDING
+
+
+def test_the_instance_page_says_whether_its_repair_worked(client, tenancy, console_user):
+    from recovery.repairs import pass_repair_checks
+    from testkit.states import task_retried_state
+
+    instance = task_retried_state(tenancy, attempts_used=(1, 1)).instance
+    client.force_login(console_user("olga", "operators"))
+    page = client.get(f"/admin/history/workflowinstance/{instance.id}/change/").content.decode()
+    assert '<dd class="weave-fact-wide" data-repair="WATCHING">' in page
+    pass_repair_checks()
+    page = html.unescape(client.get(f"/admin/history/workflowinstance/{instance.id}/change/").content.decode())
+    repair = re.search(r'data-repair="INEFFECTIVE"><strong>(.*?)</strong>.*?</dd>', page, re.S)
+    assert repair.group(1).startswith("Back in review for the same cause")
+    assert "step charge is back in review for the same cause (task_failed_budget_left)" in repair.group(0)

@@ -329,3 +329,25 @@ def test_a_campaign_that_halts_itself_is_sent_each_time_it_halts(tenancy, engine
     assert {body["data"]["campaign"]["id"] for body in bodies} == {campaign.id}
     assert re.match(r"[45] of 5 items run were refused or failed, more than 10 %", bodies[0]["data"]["halted_reason"])
     assert bodies[0]["data"]["halted_at"] < bodies[1]["data"]["halted_at"]
+
+
+def test_a_repair_that_did_not_work_is_sent_with_the_reviews_assignee(tenancy, watching):
+    from history.models import ReviewAttention
+    from recovery.repairs import pass_repair_checks
+
+    with Receiver() as receiver:
+        _webhook(tenancy[0], receiver.url, events=[WebhookEvent.REPAIR_INEFFECTIVE])
+        # Retried and continued, and its second task failed the same way: back in review for the same cause.
+        instance = states.task_retried_state(tenancy, attempts_used=(1, 1)).instance
+        ReviewAttention.objects.create(instance_id=instance.id, review_since=clock.now(), assignee="e" * 32)
+        assert pass_repair_checks() == 1
+        assert _queued_after_the_lag() == 1
+        notify_send()
+    body = _verified(receiver.received[0])
+    assert body["event"] == "repair.ineffective" and body["data"]["workflow"]["id"] == instance.id
+    assert (body["data"]["verdict"], body["data"]["step_key"], body["data"]["assignee"]) == (
+        "INEFFECTIVE",
+        "charge",
+        "e" * 32,
+    )
+    assert body["data"]["review_cause"] == "task_failed_budget_left" and "same cause" in body["data"]["detail"]

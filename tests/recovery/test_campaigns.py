@@ -83,7 +83,7 @@ def _outcomes(campaign) -> dict[str, int]:
     return {outcome: n for outcome, n in campaign_counts(campaign).items() if n}
 
 
-def test_the_canary_runs_first_then_the_widened_campaign_decides_every_item(tenancy):
+def test_the_canary_runs_first_then_widens_itself_once_its_repairs_worked(tenancy):
     instances = _unknown(tenancy, 6)
     campaign = _made(tenancy, instances, canary_size=2)
     assert (campaign.state, campaign.total) == (CampaignState.READY, 6)
@@ -93,7 +93,7 @@ def test_the_canary_runs_first_then_the_widened_campaign_decides_every_item(tena
     runner_settle()
     assert _outcomes(campaign) == {ItemOutcome.PENDING: 6}  # nothing runs before it is started
     _move(tenancy, campaign, "started")
-    runner_settle()
+    runner_pass()  # the canary's decisions are made; their chains and the verdicts on them follow
     campaign.refresh_from_db()
     assert campaign.state == CampaignState.CANARY_DONE
     canary = CampaignItem.objects.filter(campaign=campaign, outcome=ItemOutcome.APPLIED)
@@ -102,11 +102,11 @@ def test_the_canary_runs_first_then_the_widened_campaign_decides_every_item(tena
     assert 'weave_campaigns{namespace="acme",state="CANARY_DONE"} 1.0' in gauges
     for outcome, n in (("APPLIED", 2), ("PENDING", 4)):
         assert f'weave_campaign_items{{campaign="{campaign.id}",namespace="acme",outcome="{outcome}"}} {n}.0' in gauges
-    _move(tenancy, campaign, "widened", note="the canary's two instances succeeded")
-    runner_settle()
+    runner_settle()  # both canary repairs judged effective: it widens itself
     campaign.refresh_from_db()
     assert (campaign.state, _outcomes(campaign)) == (CampaignState.DONE, {ItemOutcome.APPLIED: 6})
     assert [entry["action"] for entry in campaign.log] == ["made", "started", "canary_done", "widened", "done"]
+    assert campaign.log[3]["by"] == "the campaign"
     # Each item's receipt is its decision, made under the campaign's key, run to the end by the runner.
     for item in CampaignItem.objects.filter(campaign=campaign).select_related("decision"):
         assert item.decision.state == "SUCCEEDED" and item.decision.reason == campaign.reason
