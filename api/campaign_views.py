@@ -19,10 +19,10 @@ from core.ids import ID_PATTERN
 from history.models import Campaign, CampaignItem, ItemOutcome, Scope
 from history.selectors.pagination import ListKind, keyset_page
 from recovery.campaigns import (
-    campaign_counts,
     campaign_get,
     campaign_move,
-    campaign_verification,
+    campaign_tallies,
+    campaign_tally,
     campaigns_visible,
 )
 
@@ -61,7 +61,8 @@ class CampaignListView(APIView):
         parents = [request.auth.namespace_id]
         limit, after = list_params(request.query_params, kind=CAMPAIGNS, parents=parents)
         page = keyset_page(campaigns_visible(request.auth), kind=CAMPAIGNS, after=after, limit=limit)
-        rows = [(row, campaign_counts(row), campaign_verification(row)) for row in page.items]
+        tallies = campaign_tallies(page.items)
+        rows = [(row, tallies[row.id]) for row in page.items]
         cursor = next_cursor(page, kind=CAMPAIGNS, parents=parents)
         return Response(campaigns.campaign_page(rows, next_cursor=cursor))
 
@@ -80,7 +81,7 @@ class CampaignDetailView(APIView):
         campaign_id = path_id(campaign_id, field="campaign_id")
         no_params(request.query_params)
         found = campaign_get(identity=request.auth, campaign_id=campaign_id)
-        return Response(campaigns.campaign(found, campaign_counts(found), campaign_verification(found)))
+        return Response(campaigns.campaign(found, campaign_tally(found)))
 
 
 class CampaignLedgerView(APIView):
@@ -130,7 +131,7 @@ class CampaignMoveView(APIView):
             by=request.auth.actor_id,
             note=note,
         )
-        return Response(campaigns.campaign(moved, campaign_counts(moved), campaign_verification(moved)))
+        return Response(campaigns.campaign(moved, campaign_tally(moved)))
 
 
 def move_view(action: str):

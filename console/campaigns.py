@@ -2,7 +2,7 @@
 
 from core.identity import Identity
 from history.models import CAMPAIGN_OPEN, Campaign, ItemOutcome
-from recovery.campaigns import campaign_counts, campaign_visible
+from recovery.campaigns import campaign_tallies, campaign_visible
 
 SHOWN = 10
 
@@ -13,10 +13,13 @@ def campaigns_box(identity: Identity | None) -> list[dict]:
     if identity is None:
         return []
     latest = Campaign.objects.filter(namespace_id=identity.namespace_id, state__in=CAMPAIGN_OPEN)
-    rows = []
-    for campaign in latest.order_by("-created_at")[:SHOWN]:
-        if not campaign_visible(campaign, identity):
-            continue
-        counts = campaign_counts(campaign)
-        rows.append({"campaign": campaign, "done": campaign.total - counts[ItemOutcome.PENDING], "counts": counts})
-    return rows
+    shown = [campaign for campaign in latest.order_by("-created_at")[:SHOWN] if campaign_visible(campaign, identity)]
+    tallies = campaign_tallies(shown)
+    return [
+        {
+            "campaign": campaign,
+            "done": campaign.total - tallies[campaign.id].counts[ItemOutcome.PENDING],
+            "counts": tallies[campaign.id].counts,
+        }
+        for campaign in shown
+    ]

@@ -28,7 +28,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from django.db import Error as DatabaseError
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Case, Count, F, Q, QuerySet, Value, When
 
 from core import clock, exactjson
@@ -45,6 +45,7 @@ from history.models import (
     DecisionState,
     InstanceState,
     ItemOutcome,
+    RepairCheck,
     RepairVerdict,
     Scope,
     WorkflowDefinition,
@@ -321,12 +322,40 @@ def campaign_again(*, identity: Identity, campaign_id: str, owner: str) -> Campa
     return campaign
 
 
-def campaign_counts(campaign: Campaign) -> dict[str, int]:
-    """Its items by outcome (every outcome, zero included): one read of its (campaign, outcome) index."""
-    counts = dict(
-        CampaignItem.objects.filter(campaign=campaign).values_list("outcome").annotate(n=Count("id")).order_by()
-    )
-    return {outcome: counts.get(outcome, 0) for outcome in ItemOutcome.values}
+@dataclass(frozen=True)
+class CampaignTally:
+    counts: dict[str, int]  # its items by outcome, every outcome (zero included)
+    verification: dict[str, int]  # the verdicts on the repairs of its applied items since it was made
+
+
+def campaign_tallies(campaigns: list[Campaign]) -> dict[str, CampaignTally]:
+    """Each campaign's tally by id: two grouped reads however many campaigns (a page of them) — the items by
+    (campaign, outcome) index, and the repairs of their applied items joined on the instance."""
+    ids = [campaign.id for campaign in campaigns]
+    counts = {campaign_id: dict.fromkeys(ItemOutcome.values, 0) for campaign_id in ids}
+    verification = {campaign_id: dict.fromkeys(RepairVerdict.values, 0) for campaign_id in ids}
+    if not ids:
+        return {}
+    items = CampaignItem.objects.filter(campaign_id__in=ids).values_list("campaign_id", "outcome")
+    for campaign_id, outcome, n in items.annotate(n=Count("id")).order_by():
+        counts[campaign_id][outcome] = n
+    quote = connection.ops.quote_name
+    item, made, check = (quote(model._meta.db_table) for model in (CampaignItem, Campaign, RepairCheck))
+    placeholders = ", ".join(["%s"] * len(ids))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT i.campaign_id, r.verdict, COUNT(*) FROM {item} i JOIN {made} c ON c.id = i.campaign_id "
+            f"JOIN {check} r ON r.instance_id = i.instance_id AND r.made_at >= c.created_at "
+            f"WHERE i.campaign_id IN ({placeholders}) AND i.outcome = %s GROUP BY i.campaign_id, r.verdict",
+            [*ids, ItemOutcome.APPLIED],
+        )
+        for campaign_id, verdict, n in cursor.fetchall():
+            verification[campaign_id][verdict] = n
+    return {campaign_id: CampaignTally(counts[campaign_id], verification[campaign_id]) for campaign_id in ids}
+
+
+def campaign_tally(campaign: Campaign) -> CampaignTally:
+    return campaign_tallies([campaign])[campaign.id]
 
 
 def _entry(at: dt.datetime, by: str, action: str, note: str) -> dict:
@@ -350,12 +379,6 @@ def pass_campaigns() -> int:
     # Under four eyes the widening is a second person's: they read the canary's verdicts on its page.
     canaries = Campaign.objects.filter(state=CampaignState.CANARY_DONE, four_eyes=False).values_list("id", flat=True)
     return ran + sum(_canary_judged(campaign_id) for campaign_id in list(canaries[:BATCH]))
-
-
-def campaign_verification(campaign: Campaign) -> dict[str, int]:
-    """The verdicts on the repairs of its applied items since it was made (``recovery.repairs``), by verdict."""
-    applied = CampaignItem.objects.filter(campaign=campaign, outcome=ItemOutcome.APPLIED).values("instance_id")
-    return repair_verdicts(applied, since=campaign.created_at)
 
 
 def _canary_judged(campaign_id: str) -> int:
@@ -407,8 +430,8 @@ def campaign_run(campaign_id: str) -> int:
         pending = CampaignItem.objects.filter(campaign=campaign, outcome=ItemOutcome.PENDING)
         if not campaign.widened:
             pending = pending.filter(position__lt=campaign.canary_size)
-        counts = Counter(campaign_counts(campaign))
-        verified = campaign_verification(campaign)
+        tally = campaign_tally(campaign)
+        counts, verified = Counter(tally.counts), tally.verification
         ineffective = verified[RepairVerdict.INEFFECTIVE] + verified[RepairVerdict.REGRESSED]
         for item in pending.order_by("position")[: _allowance(campaign)]:
             Campaign.objects.filter(pk=campaign.pk).update(lease_until=clock.now() + LEASE)

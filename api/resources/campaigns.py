@@ -19,6 +19,7 @@ from api.schema import (
 from core import exactjson
 from core.times import format_time
 from history.models import Campaign, CampaignItem, CampaignState, ItemOutcome
+from recovery.campaigns import CampaignTally
 
 
 @extend_schema_field({"type": "string", "enum": list(CampaignState.values)}, component_name="CampaignState")
@@ -126,7 +127,7 @@ MOVE_ERRORS = {
 MOVE_ERRORS[403] += "; under four eyes, approving and widening are not its maker's"
 
 
-def campaign(row: Campaign, counts: dict[str, int], verification: dict[str, int]) -> dict:
+def campaign(row: Campaign, tally: CampaignTally) -> dict:
     data = {
         "id": row.id,
         "title": row.title,
@@ -141,8 +142,8 @@ def campaign(row: Campaign, counts: dict[str, int], verification: dict[str, int]
         "halted_reason": row.halted_reason,
         "four_eyes": row.four_eyes,
         "total": row.total,
-        "counts": counts,
-        "verification": verification,
+        "counts": tally.counts,
+        "verification": tally.verification,
     }
     optional(data, "approval", row.approval and {key: row.approval[key] for key in ("by", "at", "note")})
     optional(data, "parent_id", row.parent_id)
@@ -174,7 +175,7 @@ def ledger_item(item: CampaignItem) -> dict:
     return data
 
 
-def campaign_page(rows: list[tuple[Campaign, dict, dict]], *, next_cursor: str | None) -> dict:
+def campaign_page(rows: list[tuple[Campaign, CampaignTally]], *, next_cursor: str | None) -> dict:
     return paged({}, items=[campaign(*row) for row in rows], next_cursor=next_cursor)
 
 

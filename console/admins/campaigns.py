@@ -32,11 +32,10 @@ from history.selectors.access import visible_rows
 from recovery.campaigns import (
     DEFAULTS,
     campaign_again,
-    campaign_counts,
     campaign_make,
     campaign_move,
     campaign_preview,
-    campaign_verification,
+    campaign_tally,
     campaigns_visible,
 )
 from recovery.decisions import KINDS
@@ -147,7 +146,8 @@ def campaign_from_selection(modeladmin, request, queryset):
     """The changelist's selection, of any size ("select all" included): re-posted with the form until it is made."""
     operator_identity(request, "recover")
     form = CampaignForm(request.POST if "make" in request.POST else None)
-    source = f"{queryset.order_by()[:1_000_001].count()} instances selected on the instance list"
+    selected = queryset.order_by().count()
+    source = f"{selected} instances selected on the instance list"
     if "?" in request.get_full_path():
         source += f" ({request.get_full_path().split('?', 1)[1]})"
     if "make" in request.POST and form.is_valid():
@@ -159,7 +159,6 @@ def campaign_from_selection(modeladmin, request, queryset):
         "select_across": request.POST.get("select_across", "0"),
         "index": request.POST.get("index", "0"),
     }
-    selected = queryset.order_by()[:1_000_001].count()
     page = _new_page(request, form, selected=selected, source=source, hidden=hidden)
     page.context_data["selected_ids"] = request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
     return page
@@ -221,7 +220,8 @@ class CampaignAdmin(IncidentAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         campaign = get_object_or_404(self.get_queryset(request), pk=object_id)
-        counts = campaign_counts(campaign)
+        tally = campaign_tally(campaign)
+        counts = tally.counts
         outcome = request.GET.get("outcome", "")
         items = CampaignItem.objects.filter(campaign=campaign).order_by("position")
         if outcome in ItemOutcome.values:
@@ -245,7 +245,7 @@ class CampaignAdmin(IncidentAdmin):
             if campaign.state in (CampaignState.PROPOSED, CampaignState.READY)
             else None,
             "ledger": ledger[:LEDGER_PAGE],
-            "verification": campaign_verification(campaign),
+            "verification": tally.verification,
             # The latest verdict on each shown instance's repair since the campaign was made.
             "verdicts": _latest_verdicts(campaign, [item.instance_id for item in ledger[:LEDGER_PAGE]]),
             "outcome": outcome,

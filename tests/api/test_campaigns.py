@@ -4,6 +4,8 @@ moves, with their refusals named."""
 import json
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from engine.runner import runner_settle
 from history.models import ApprovalPolicy, CampaignState, Scope, WorkflowInstance
@@ -92,3 +94,18 @@ def test_under_four_eyes_the_maker_cannot_approve_over_the_api(api, tenancy, iss
     assert error_of(_move(api, maker, campaign.id, "widen"))[:2] == (403, "PERMISSION_DENIED")
     status, body = _move(api, approver, campaign.id, "widen", note="the canary's repair worked")
     assert (status, body["data"]["state"], body["data"]["widened"]) == (200, "RUNNING", True)
+
+
+def test_the_list_reads_a_constant_number_of_queries_however_many_campaigns_it_holds(call, tenancy, issue_token):
+    reader = issue_token(scopes=[Scope.READ]).token
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert call("/v1/campaigns", reader, limit="100")[0] == 200
+        return len(captured)
+
+    _made(tenancy, n=1)
+    one = queries()
+    for _ in range(3):
+        _made(tenancy, n=1)
+    assert queries() == one

@@ -26,11 +26,11 @@ from history.models import (
 )
 from recovery.campaigns import (
     campaign_again,
-    campaign_counts,
     campaign_get,
     campaign_make,
     campaign_move,
     campaign_preview,
+    campaign_tally,
 )
 from recovery.decisions import decision_make
 from testkit import states
@@ -80,7 +80,7 @@ def _move(tenancy, campaign, action, actor="d", **extra) -> Campaign:
 
 
 def _outcomes(campaign) -> dict[str, int]:
-    return {outcome: n for outcome, n in campaign_counts(campaign).items() if n}
+    return {outcome: n for outcome, n in campaign_tally(campaign).counts.items() if n}
 
 
 def test_the_canary_runs_first_then_widens_itself_once_its_repairs_worked(tenancy):
@@ -153,7 +153,7 @@ def test_too_many_refusals_halt_the_campaign_which_says_why_and_again_takes_them
     _move(tenancy, campaign, "started")
     runner_settle()
     campaign.refresh_from_db()
-    counts = campaign_counts(campaign)
+    counts = campaign_tally(campaign).counts
     run = campaign.total - counts[ItemOutcome.PENDING]
     # Any five of the eight hold a refusal: it halts at the fifth item at the latest, and says why.
     assert campaign.state == CampaignState.HALTED and run <= 5 and counts[ItemOutcome.REFUSED] >= 1
@@ -182,7 +182,7 @@ def test_a_paused_campaign_takes_nothing_until_resumed_and_the_rate_paces_it(ten
     _move(tenancy, campaign, "paused")
     clock.advance(dt.timedelta(seconds=10))
     runner_settle()
-    assert campaign_counts(campaign)[ItemOutcome.PENDING] == 3
+    assert campaign_tally(campaign).counts[ItemOutcome.PENDING] == 3
     _move(tenancy, campaign, "resumed")
     clock.advance(dt.timedelta(seconds=10))
     runner_settle()
