@@ -53,7 +53,7 @@ from history.models import (
 )
 from history.proposals import approvals_required
 from history.selectors.access import visible_rows
-from recovery.decisions import KINDS, decision_command_parse, decision_make
+from recovery.decisions import KINDS, Kind, decision_command_parse, decision_make
 from recovery.eligibility import instance_eligibility
 from recovery.repairs import repair_verdicts
 
@@ -77,8 +77,9 @@ class CampaignCommand:
     canary_size: int
     halt_percent: int
     rate_per_second: int
-    # The decision's command every item makes, without its revision.
+    # The decision's command every item makes, without its revision, and its kind.
     decision: dict
+    kind: Kind
 
 
 def campaign_command_parse(raw: object) -> CampaignCommand:
@@ -96,31 +97,31 @@ def campaign_command_parse(raw: object) -> CampaignCommand:
         raise InvalidArgument(
             "expected_revision: each item carries the revision it was frozen at", field="expected_revision"
         )
-    decision_command_parse({**decision, "expected_revision": "1"})
-    return CampaignCommand(title=title, decision=decision, **numbers)
+    kind = decision_command_parse({**decision, "expected_revision": "1"}).kind
+    return CampaignCommand(title=title, decision=decision, kind=kind, **numbers)
 
 
 def campaign_make(*, identity: Identity, instances: QuerySet, source: str, command: object, owner: str) -> Campaign:
-    """A READY campaign of the instances of ``instances`` the identity may see, each frozen at its revision now,
-    in id order (the canary is the first ``canary_size``). Made in one transaction, in chunks: constant memory."""
+    """A READY campaign (PROPOSED under four eyes) of the instances of ``instances`` the identity may see, each
+    frozen at its revision now, in id order (the canary is the first ``canary_size``). Made in one transaction, in
+    chunks: constant memory."""
     identity.require_scope(Scope.RECOVER)
     parsed = campaign_command_parse(command)
     rows = visible_rows(instances.order_by(), identity).filter(namespace_id=identity.namespace_id)
     now = clock.now()
-    operations = decision_command_parse({**parsed.decision, "expected_revision": "1"}).kind.operations
     definitions = WorkflowDefinition.objects.filter(pk__in=rows.values("definition_id").distinct())
     definitions = list(definitions.values_list("name", "queues"))
     four_eyes = any(
         approvals_required(namespace_id=identity.namespace_id, definition_name=name, operation=operation)
         for name, _ in definitions
-        for operation in operations
+        for operation in parsed.kind.operations
     )
     with transaction.atomic():
         campaign = Campaign.objects.create(
             namespace_id=identity.namespace_id,
             title=parsed.title,
             source=source[:1024],
-            kind=parsed.decision["kind"],
+            kind=parsed.kind.name,
             step_key=parsed.decision["step_key"],
             command=exactjson.dumps(parsed.decision),
             reason=parsed.decision["reason"],
