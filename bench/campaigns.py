@@ -5,13 +5,13 @@ and previewed (targets: ≥ 50 items/s over 10 000 items with RSS flat; the prev
     WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/any python -m bench campaigns \
         [--items 1000] [--runners 1] [--selection 100000]
 
-Two databases on the server WEAVE_DATABASE_URL names, created and migrated here and emptied of campaigns each run:
-``weave_bench_campaign_run`` holds ``--items`` instances in review (each task's only attempt UNKNOWN, built through
-the engine once), whose campaign — *the work ended this way*: ReviewTask, ResolveStep and Continue per item, the
-canary widened at once — ``--runners`` ``weave_runner`` processes take to its end; ``weave_bench_campaign_preview``
-holds ``--selection`` instances in review (bare rows, seeded once), frozen into one campaign and previewed. Prints
-the items a second (and the operations, three per item), each runner's RSS at every quarter of the ledger, the
-freeze and preview seconds, each beside its target.
+Two databases on the server WEAVE_DATABASE_URL names, created and migrated here. ``weave_bench_campaign_run`` gets
+``--items`` instances in review in a namespace of their own each run (each task's only attempt UNKNOWN, built
+through the engine), whose campaign — *the work ended this way*: ReviewTask, ResolveStep and Continue per item, the
+canary covering every item — ``--runners`` ``weave_runner`` processes take to its end.
+``weave_bench_campaign_preview`` holds ``--selection`` instances in review (bare rows, seeded once; its campaigns
+emptied each run), frozen into one campaign and previewed. Prints the items a second (and the operations, three per
+item), each runner's RSS at every quarter of the ledger, the freeze and preview seconds, each beside its target.
 """
 
 import argparse
@@ -75,17 +75,14 @@ def _rss_mib(pid: int) -> float:
 
 def run(items: int, runners: int) -> None:
     database_switch("weave_bench_campaign_run")
-    Campaign.objects.all().delete()
-    namespace, application, queues = namespace_ensure(name="bench-campaign", application="billing", queues=["payments"])
-    engine = Engine(namespace, application, queues)
-    in_review = WorkflowInstance.objects.filter(namespace=namespace, state=InstanceState.NEEDS_REVIEW)
-    if (missing := items - in_review.count()) > 0:
-        started = time.monotonic()
-        states.unknown_fleet(engine, missing)
-        print(f"built {missing} instances in review in {time.monotonic() - started:.1f} s")
-    selection = WorkflowInstance.objects.filter(
-        pk__in=list(in_review.order_by("id").values_list("id", flat=True)[:items])
+    # A namespace of its own each run: the engine driver's idempotency keys start again in every process.
+    namespace, application, queues = namespace_ensure(
+        name=f"bench-campaign-{new_id()[:8]}", application="billing", queues=["payments"]
     )
+    started = time.monotonic()
+    built = states.unknown_fleet(Engine(namespace, application, queues), items)
+    print(f"built {items} instances in review in {time.monotonic() - started:.1f} s")
+    selection = WorkflowInstance.objects.filter(pk__in=[instance.pk for instance in built])
     operator = _operator(namespace.id)
     campaign = campaign_make(
         identity=operator, instances=selection, source="bench", command={**COMMAND, "canary_size": items}, owner="bench"
