@@ -31,6 +31,28 @@ def queue_set(access: object) -> frozenset[str] | None:
     return frozenset(access or [])
 
 
+def identity_stored(identity: Identity) -> dict:
+    """The columns a row keeps to act later as ``identity`` (a decision, a campaign); ``identity_of_stored`` reads
+    them back."""
+    return {
+        "actor_id": identity.actor_id,
+        "scopes": sorted(identity.scopes),
+        "queue_access": "*" if identity.queues is None else sorted(identity.queues),
+        "credential_id": identity.credential_id or "",
+    }
+
+
+def identity_of_stored(row) -> Identity:
+    """Whoever made ``row``, as they were then (``identity_stored``), in its namespace."""
+    return Identity(
+        namespace_id=row.namespace_id,
+        actor_id=row.actor_id,
+        scopes=frozenset(row.scopes),
+        queues=queue_set(row.queue_access),
+        credential_id=row.credential_id or None,
+    )
+
+
 # Django permission → API scope, for admin users acting under an Operator identity.
 PERMISSION_SCOPES = {
     "history.view_workflowinstance": "workflows:read",

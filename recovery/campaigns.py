@@ -34,7 +34,7 @@ from django.db.models import Case, Count, F, Q, QuerySet, Value, When
 from core import clock, exactjson
 from core import fields as field_rules
 from core.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, WeaveError
-from core.identity import Identity, queue_set
+from core.identity import Identity, identity_of_stored, identity_stored
 from core.times import format_time
 from history.locking import atomic_with_retry, lease_take
 from history.models import (
@@ -126,12 +126,9 @@ def campaign_make(*, identity: Identity, instances: QuerySet, source: str, comma
             command=exactjson.dumps(parsed.decision),
             reason=parsed.decision["reason"],
             evidence_ref=parsed.decision["evidence_ref"],
-            actor_id=identity.actor_id,
             owner=owner,
-            scopes=sorted(identity.scopes),
-            queue_access="*" if identity.queues is None else sorted(identity.queues),
+            **identity_stored(identity),
             queues=sorted({queue for _, queues in definitions for queue in queues}),
-            credential_id=identity.credential_id or "",
             canary_size=parsed.canary_size,
             halt_percent=parsed.halt_percent,
             rate_per_second=parsed.rate_per_second,
@@ -178,17 +175,6 @@ def campaign_visible(campaign: Campaign, identity: Identity) -> bool:
     return identity.queues is None or set(campaign.queues) <= identity.queues
 
 
-def campaign_identity(campaign: Campaign) -> Identity:
-    """The person who made it, as they were then: its items are decided as theirs."""
-    return Identity(
-        namespace_id=campaign.namespace_id,
-        actor_id=campaign.actor_id,
-        scopes=frozenset(campaign.scopes),
-        queues=queue_set(campaign.queue_access),
-        credential_id=campaign.credential_id or None,
-    )
-
-
 # ---- preview ---------------------------------------------------------------------------------------------------
 
 
@@ -219,7 +205,7 @@ def campaign_preview(campaign: Campaign) -> list[PreviewGroup]:
         )
     )
     counts = verdicts.values_list("verdict").annotate(n=Count("id")).order_by("-n", "verdict")
-    identity = campaign_identity(campaign)
+    identity = identity_of_stored(campaign)
     first_operation = KINDS[campaign.kind].operations[0]
     groups = []
     for verdict, n in counts:
@@ -426,7 +412,7 @@ def campaign_run(campaign_id: str) -> int:
         return 0
     ran = 0
     try:
-        identity = campaign_identity(campaign)
+        identity = identity_of_stored(campaign)
         decision = exactjson.loads(campaign.command)
         pending = CampaignItem.objects.filter(campaign=campaign, outcome=ItemOutcome.PENDING)
         if not campaign.widened:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from core import clock, exactjson
 from core import fields as field_rules
 from core.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, WeaveError
-from core.identity import Identity, queue_set
+from core.identity import Identity, identity_of_stored, identity_stored
 from core.logs import log_context
 from core.times import format_time
 from history import idempotency
@@ -199,10 +199,7 @@ def decision_make(
             command=exactjson.dumps(command),
             reason=parsed.reason,
             evidence_ref=parsed.evidence_ref,
-            actor_id=identity.actor_id,
-            scopes=sorted(identity.scopes),
-            queue_access="*" if identity.queues is None else sorted(identity.queues),
-            credential_id=identity.credential_id or "",
+            **identity_stored(identity),
             request_id=request_id,
             approval=approval,
         )
@@ -358,13 +355,7 @@ def decision_drive(decision_id: str) -> bool:
     decision = lease_take(Decision, decision_id, state=DecisionState.RUNNING, lease=LEASE)
     if decision is None:
         return False
-    identity = Identity(
-        namespace_id=decision.namespace_id,
-        actor_id=decision.actor_id,
-        scopes=frozenset(decision.scopes),
-        queues=queue_set(decision.queue_access),
-        credential_id=decision.credential_id or None,
-    )
+    identity = identity_of_stored(decision)
     parsed = decision_command_parse(exactjson.loads(decision.command))
     moved = False
     approval = decision.approval or {}
