@@ -19,6 +19,12 @@ if [ "$(id -u)" = 0 ] && command -v dpkg >/dev/null; then
   fi
 fi
 
+# A tree that borrows another tree's virtualenv (a link, as the production stack's test makes) leaves it as its
+# owner installed it: an editable install from here would point that virtualenv at this tree.
+if [ -L .venv ]; then
+  exit 0
+fi
+
 python="${PYTHON:-python3.11}"
 command -v "$python" >/dev/null || python=python3
 requirements=requirements.txt
