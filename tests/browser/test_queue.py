@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from playwright.sync_api import expect
 
 from engine.runner import runner_settle
 from tests.browser.conftest import admin_login, confirm, docs_screenshot
@@ -29,8 +30,8 @@ def test_the_operator_lands_on_the_queue_and_retries_a_failed_step_from_its_row(
 
     page.click("#queue-causes a[data-cause=task_failed_budget_left]")
     failed = demo["task_failed_budget_left"]["instance_id"]
-    rows = page.locator("#queue-rows tr[data-instance]")
-    assert rows.count() == 2 and page.locator(f"#queue-rows tr[data-instance='{failed}']").count() == 1
+    expect(page.locator("#queue-rows tr[data-instance]")).to_have_count(2)  # waits for the filtered page
+    assert page.locator(f"#queue-rows tr[data-instance='{failed}']").count() == 1
 
     page.click(f"#queue-rows tr[data-instance='{failed}'] a[data-operation=retry-step]")
     page.fill("#id_reason", "the card network is back")
