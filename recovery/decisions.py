@@ -55,7 +55,7 @@ from history.proposals import approvals_required, proposal_expiry
 from history.selectors.access import instance_get_readable
 from recovery.commands import CONCLUSIONS, instance_id_check
 from recovery.context import context_open
-from recovery.eligibility import instance_eligibility
+from recovery.eligibility import operations_judged
 from recovery.operations import OPERATIONS
 from recovery.pipeline import PROPOSED, approved_decision, key_held, key_retried
 
@@ -449,21 +449,18 @@ def decision_next_step(identity: Identity, parsed: DecisionCommand, instance: Wo
     background has the last step's result to take in."""
     if InboxRecord.objects.filter(instance_id=instance.id, state=InboxState.PENDING).exists():
         raise DecisionWaiting("the runner takes in the last step's result")
-    eligibility = instance_eligibility(identity=identity, instance_id=instance.id)
     kind = parsed.kind
-    # Continue once the outcome has been applied and it is possible; before, the outcome's own operations.
+    # Continue once the outcome has been applied and it is possible; before, the outcome's own operations, and
+    # Continue judged last only to say why it is not yet for this decision.
     order = [n for n in kind.operations if n != "continue"]
     if started:
         order.insert(0, "continue")
+    judged = [*order, "continue"] if not started and "continue" in kind.operations else order
     refusals = {}
-    for name in order:
-        operation = OPERATIONS[name]
-        entry = eligibility[name] if operation.target == "instance" else eligibility["steps"][parsed.step_key][name]
-        if entry["possible"]:
+    for name, entry in operations_judged(identity=identity, instance=instance, step_key=parsed.step_key, names=judged):
+        if entry["possible"] and name in order:
             return name, _command(name, entry, parsed, instance)
-        refusals[name] = entry["reason"]
-    if not started and "continue" in kind.operations:
-        refusals["continue"] = eligibility["continue"].get("reason", "not before the outcome is applied")
+        refusals[name] = entry.get("reason", "not before the outcome is applied")
     raise FailedPrecondition(
         "no operation of this decision is possible now: "
         + "; ".join(f"{OPERATIONS[name].title}: {why}" for name, why in refusals.items())

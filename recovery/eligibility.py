@@ -5,7 +5,7 @@ admin, the instance API and the commit can never disagree about a rule. A previe
 revisions it was computed at: committing it later with those revisions refuses a stale preview.
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from django.db.models import F
 
@@ -109,6 +109,30 @@ def _eligibility(*, identity: Identity, instance: WorkflowInstance, steps: Itera
         **{op.name: _evaluate(ctx, op, _command(ctx, op)) for op in _instance_operations()},
         "steps": {s.key: {op.name: _in_step(ctx, op, s, review_tasks.get(s.id, [])) for op in in_step} for s in steps},
     }
+
+
+def operations_judged(
+    *, identity: Identity, instance: WorkflowInstance, step_key: str, names: Iterable[str]
+) -> Iterator[tuple[str, dict]]:
+    """Each of ``names``, on the instance or on its step ``step_key``, judged as ``instance_eligibility`` judges it,
+    and only when the caller asks for the next: one that stops at the first possible operation runs no other check."""
+    try:
+        ctx = context_open(identity=identity, instance_id=instance.id, locks=None)
+    except NotFound:
+        raise
+    except WeaveError as error:
+        yield from ((name, _refused(error)) for name in names)
+        return
+    step = Step.objects.filter(instance_id=instance.id, key=step_key).first()
+    review_tasks = _review_tasks_by_step(instance).get(step.id, []) if step is not None else []
+    for name in names:
+        operation = OPERATIONS[name]
+        if operation.target == "instance":
+            yield name, _evaluate(ctx, operation, _command(ctx, operation))
+        elif step is None:
+            yield name, _not_now(f"the instance has no step {step_key!r}")
+        else:
+            yield name, _in_step(ctx, operation, step, review_tasks)
 
 
 def _refused_everywhere(*, instance: WorkflowInstance, steps: list[Step], error: WeaveError) -> dict:
