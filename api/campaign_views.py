@@ -1,29 +1,39 @@
 """Repair campaigns over HTTP (``recovery.campaigns``): GET /v1/campaigns lists them, newest first, GET
 /v1/campaigns/{id} one with its counts, GET …/items its ledger in selection order (``outcome`` filters it)
-(workflows:read or workflows:recover); POST …/{approve|start|pause|resume|widen|cancel} moves one
-(workflows:recover). A campaign is made in the console, from a selection of any size.
+(workflows:read or workflows:recover); POST /v1/campaigns makes one (workflows:recover, Idempotency-Key) from a
+selection of any size, named instances or the instance query's filters; POST …/{approve|start|pause|resume|widen|
+cancel} moves one (workflows:recover).
 """
 
+from django.db.models import QuerySet
+from django.http import QueryDict
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api import schema
 from api.history_views import next_cursor
+from api.instance_filters import REPEATABLE, instance_query
 from api.params import PAGE_PARAMS, list_params, no_params, page_params, path_id, query_check
+from api.parsing import json_body
 from api.permissions import scope_required
 from api.resources import campaigns
 from core import fields
-from core.errors import InvalidArgument
+from core.errors import InvalidArgument, NotFound
 from core.ids import ID_PATTERN
-from history.models import Campaign, CampaignItem, ItemOutcome, Scope
+from history import idempotency
+from history.models import Campaign, CampaignItem, ItemOutcome, Scope, WorkflowInstance
+from history.selectors.instance_list import instances_matching
 from history.selectors.pagination import ListKind, keyset_page
 from recovery.campaigns import (
+    CAMPAIGN_FIELDS,
+    campaign_create,
     campaign_get,
     campaign_move,
     campaign_tallies,
     campaign_tally,
     campaigns_visible,
+    instances_named,
 )
 
 CAMPAIGNS = ListKind("campaigns", Campaign, ("created_at", "id"))
@@ -48,8 +58,10 @@ READ_ERRORS = {
 
 
 class CampaignListView(APIView):
-    http_method_names = ["get"]
-    permission_classes = [READ]
+    http_method_names = ["get", "post"]
+
+    def get_permissions(self):
+        return [scope_required(Scope.RECOVER)() if self.request.method == "POST" else READ()]
 
     @extend_schema(
         operation_id="list_campaigns",
@@ -65,6 +77,75 @@ class CampaignListView(APIView):
         rows = [(row, tallies[row.id]) for row in page.items]
         cursor = next_cursor(page, kind=CAMPAIGNS, parents=parents)
         return Response(campaigns.campaign_page(rows, next_cursor=cursor))
+
+    @extend_schema(
+        operation_id="make_campaign",
+        summary="Make a repair campaign: one decision over a selection frozen at its revisions now, READY to be "
+        "previewed and started (PROPOSED under four eyes) (workflows:recover)",
+        parameters=schema.idempotency_key(status=201),
+        request=campaigns.MakeCommand,
+        responses=schema.responses(campaigns.CampaignItemSerializer, status=201, errors=campaigns.MAKE_ERRORS),
+    )
+    def post(self, request):
+        body = fields.command_object(json_body(request), allowed=(*CAMPAIGN_FIELDS, "selection"))
+        made, receipt = campaign_create(
+            identity=request.auth,
+            command={name: value for name, value in body.items() if name != "selection"},
+            selection=fields.required(body, "selection"),
+            select=lambda selection: _selection(request.auth, selection),
+            idempotency_key=request.headers.get(idempotency.HEADER),
+        )
+        response = Response(campaigns.campaign(made, campaign_tally(made)), status=200 if receipt.replayed else 201)
+        if receipt.replayed:
+            response["Idempotent-Replayed"] = "true"
+        return response
+
+
+def _selection(identity, raw) -> tuple[QuerySet, str]:
+    """The instances ``selection`` names and how, as the campaign's source: ``workflows`` (ids or business keys,
+    each one checked) or ``query`` (the instance query's filters, as GET /v1/workflows takes them)."""
+    if not isinstance(raw, dict) or len(raw) != 1 or not raw.keys() <= {"workflows", "query"}:
+        raise InvalidArgument("selection must be an object with one of workflows, query", field="selection")
+    if "workflows" in raw:
+        return _named(identity, raw["workflows"])
+    filters = raw["query"]
+    if not isinstance(filters, dict) or not filters:
+        raise InvalidArgument(
+            "selection.query must be an object of at least one of the instance query's filters",
+            field="selection.query",
+        )
+    params = QueryDict(mutable=True)
+    for name, value in filters.items():
+        field = f"selection.query.{name}"
+        if name not in campaigns.QUERY_FILTERS:
+            raise InvalidArgument(f"{field} is not a filter of the instance query", field=field)
+        values = value if isinstance(value, list) and name in REPEATABLE else [value]
+        if not all(isinstance(one, str | int) for one in values):
+            raise InvalidArgument(f"{field} must be a string, a number or a boolean", field=field)
+        params.setlist(name, [str(one).lower() if isinstance(one, bool) else str(one) for one in values])
+    try:
+        query = instance_query(params)
+    except InvalidArgument as error:
+        raise InvalidArgument(f"selection.query.{error.message}", field=f"selection.query.{error.field}") from None
+    return instances_matching(identity=identity, query=query), f"the instance query {params.urlencode()}"
+
+
+def _named(identity, named) -> tuple[QuerySet, str]:
+    if not isinstance(named, list) or not 1 <= len(named) <= campaigns.MAX_NAMED:
+        raise InvalidArgument(
+            f"selection.workflows must be a list of 1 to {campaigns.MAX_NAMED} instance ids or business keys",
+            field="selection.workflows",
+        )
+    for index, entry in enumerate(named):
+        fields.text(f"selection.workflows[{index}]", entry, max_length=campaigns.MAX_BUSINESS_KEY)
+    ids, unknown = instances_named(identity, named)
+    if unknown:
+        more = " …" if len(unknown) > 20 else ""
+        listed = "; ".join(f"[{index}] {text}" for index, text in unknown[:20])
+        raise NotFound(
+            f"selection.workflows names no instance you may see at {listed}{more}", field="selection.workflows"
+        )
+    return WorkflowInstance.objects.filter(pk__in=ids), f"{len(named)} ids and business keys named"
 
 
 class CampaignDetailView(APIView):
@@ -122,8 +203,8 @@ class CampaignMoveView(APIView):
     action_name = ""
 
     def post(self, request, campaign_id):
-        command = fields.command_object(request.data, allowed=("note",))
-        note = fields.text("note", command["note"], max_length=1024, blank=True) if "note" in command else ""
+        command = fields.command_object(json_body(request), allowed=("note",))
+        note = fields.reason("note", command["note"]) if "note" in command else ""
         moved = campaign_move(
             identity=request.auth,
             campaign_id=path_id(campaign_id, field="campaign_id"),

@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 
 from api import schema
 from api.params import no_params
+from api.parsing import json_body
 from api.permissions import scope_required
 from api.resources import decisions
 from api.resources.operations import ApproveCommand, RejectCommand
@@ -98,7 +99,7 @@ def _answer_view(service, command, summary: str) -> type[APIView]:
                 instance_id=id_argument(id, "id"),
                 decision_id=decision_id,
                 idempotency_key=request.headers.get(idempotency.HEADER),
-                command=request.data,
+                command=json_body(request),
                 request_id=request_id_of(request),
             )
             return _answer(decision, receipt, status=200)

@@ -22,9 +22,8 @@ from engine.instances import instance_cancel, instance_pause, instance_resume, i
 from engine.signaling import signal_accept
 from engine.worker import task_claim, task_complete, task_heartbeat
 from history import idempotency
-from history.models import InstanceState, ReviewCause, Scope, StallReason, StopKind
+from history.models import Scope
 from history.selectors import instance_list
-from history.selectors.instance_list import ORDERS
 from history.selectors.signals import SIGNALS, signal_list
 from history.tenancy import is_name
 
@@ -52,13 +51,7 @@ class WorkflowsView(ReadWriteView):
     @extend_schema(
         operation_id="list_workflows",
         summary="Visible instances matching every filter, newest first by the order key (never counted)",
-        parameters=instances.workflow_query_parameters(
-            states=InstanceState.values,
-            causes=ReviewCause.values,
-            stall_reasons=StallReason.values,
-            stop_kinds=StopKind.values,
-            orders=list(ORDERS),
-        ),
+        parameters=instances.workflow_query_parameters(),
         responses=schema.responses(instances.InstancePage, errors=instances.QUERY_ERRORS),
     )
     def get(self, request):

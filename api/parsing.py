@@ -50,6 +50,13 @@ def _unframed(meta) -> bool:
     return "HTTP_TRANSFER_ENCODING" in meta and not meta.get("CONTENT_LENGTH")
 
 
+def json_body(request):
+    """The body as parsed; None for none at all or one without a type (each parses as {}, not as the JSON object
+    a command is). For the commands whose fields are all optional: nothing else would refuse a missing body."""
+    data = request.data
+    return data if request.stream is not None and request.content_type else None
+
+
 class LengthRequiredMiddleware:
     """A body no one gave a length (a chunked one under the development server or ASGI) is refused, 411 in the
     error envelope, before any view could take it as empty."""

@@ -15,6 +15,7 @@ from rest_framework import serializers
 from rest_framework.views import APIView
 
 from api import schema
+from api.parsing import json_body
 from api.permissions import scope_required
 from api.rendering import receipt_response
 from api.resources import operations
@@ -96,7 +97,7 @@ def _proposal_answer_view(service, command, answer: type[serializers.Serializer]
                 instance_id=instance_id,
                 proposal_id=proposal_id,
                 idempotency_key=idempotency.key_check(request.headers.get(IDEMPOTENCY_HEADER)),
-                command=request.data,
+                command=json_body(request),
                 request_id=request_id_of(request),
             )
             return receipt_response(receipt)

@@ -2,8 +2,9 @@
 campaign is made, run by the background item by item, with a ledger of what became of each.
 
 Made (``campaign_make``) from any selection of instances the operator may see: each item keeps the instance's
-revision then. Before it starts, ``campaign_preview`` counts by what would happen, set-based (one grouped read of
-the items beside their instances, whatever their number) with a sample judged by the recovery rules per group.
+revision then (``campaign_create``, the API's door, makes it once per Idempotency-Key). Before it starts,
+``campaign_preview`` counts by what would happen, set-based (one grouped read of the items beside their instances,
+whatever their number) with a sample judged by the recovery rules per group.
 
 Started, it runs in the runner (``pass_campaigns``): one executor at a time holds a campaign by a lease and makes
 each item's decision through ``decision_make`` — the instance at the item's revision, so an instance that moved since
@@ -25,6 +26,7 @@ and skipped items at their revisions now.
 
 import datetime as dt
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import Error as DatabaseError
@@ -36,6 +38,8 @@ from core import fields as field_rules
 from core.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, WeaveError
 from core.identity import Identity, identity_of_stored, identity_stored
 from core.times import format_time
+from history import idempotency
+from history.idempotency import Receipt
 from history.locking import atomic_with_retry, lease_take
 from history.models import (
     CAMPAIGN_OPEN,
@@ -59,6 +63,10 @@ from recovery.repairs import repair_verdicts
 
 # Items frozen per insert, and taken per executor and pass.
 CHUNK = 2_000
+# The idempotency receipts' operation of a campaign made through the API.
+MAKE = "campaign.make"
+# Pasted ids and business keys looked up per query.
+NAMED_CHUNK = 1_000
 BATCH = 50
 # An executor's hold, renewed with every item: one killed mid-run holds its campaign this long at most.
 LEASE = dt.timedelta(seconds=10)
@@ -66,9 +74,11 @@ LEASE = dt.timedelta(seconds=10)
 HALT_AFTER = 5
 SAMPLES = 3
 DEFAULTS = {"canary_size": 10, "halt_percent": 10, "rate_per_second": 20}
+LIMITS = {"canary_size": 100_000, "halt_percent": 100, "rate_per_second": 1_000}
 # The campaign's own fields; the rest of the command is the decision's (without expected_revision: each item's own).
 _FIELDS = ("title", "canary_size", "halt_percent", "rate_per_second")
 DECISION_FIELDS = ("kind", "step_key", "reason", "evidence_ref", "declared", "conclusion", "result")
+CAMPAIGN_FIELDS = (*_FIELDS, *DECISION_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -82,15 +92,46 @@ class CampaignCommand:
     kind: Kind
 
 
+def campaign_create(
+    *,
+    identity: Identity,
+    command: dict,
+    selection: object,
+    select: Callable[[object], tuple[QuerySet, str]],
+    idempotency_key: object,
+) -> tuple[Campaign, Receipt]:
+    """``campaign_make`` once per Idempotency-Key, the API's door: the command checked first, then the selection
+    (``select`` gives its instances and how they were chosen); the same key with the same command and selection
+    answers the campaign made first, now, and with another is ALREADY_EXISTS."""
+    identity.require_scope(Scope.RECOVER)
+    parsed = campaign_command_parse(command)
+    instances, source = select(selection)
+    key = idempotency.key_check(idempotency_key)
+
+    def work(_locks) -> dict:
+        made = _frozen(identity=identity, instances=instances, source=source, parsed=parsed, owner=identity.actor_id)
+        return {"campaign_id": made.id}
+
+    receipt = idempotency.receipt_run(
+        namespace_id=identity.namespace_id,
+        key=key,
+        operation=MAKE,
+        target=identity.namespace_id,
+        command={**command, "selection": selection},
+        work=work,
+        status=201,
+    )
+    return Campaign.objects.get(pk=receipt.data["campaign_id"]), receipt
+
+
 def campaign_command_parse(raw: object) -> CampaignCommand:
     """The campaign's fields and the decision's, each checked by the decision's own rules; the first wrong one is
     named (INVALID_ARGUMENT)."""
-    command = field_rules.command_object(raw, allowed=(*_FIELDS, *DECISION_FIELDS, "expected_revision"))
+    command = field_rules.command_object(raw, allowed=(*CAMPAIGN_FIELDS, "expected_revision"))
     title = field_rules.text("title", field_rules.required(command, "title"), max_length=200)
-    limits = {"canary_size": 100_000, "halt_percent": 100, "rate_per_second": 1_000}
     numbers = {
         name: field_rules.integer(name, command.get(name, DEFAULTS[name]), low=1, high=high)
-        for name, high in limits.items()
+        for name, high in LIMITS.items()
     }
     decision = {name: value for name, value in command.items() if name not in _FIELDS}
     if "expected_revision" in decision:
@@ -101,12 +142,38 @@ def campaign_command_parse(raw: object) -> CampaignCommand:
     return CampaignCommand(title=title, decision=decision, kind=kind, **numbers)
 
 
+def instances_named(identity: Identity, entries: list[str]) -> tuple[list[str], list[tuple[int, str]]]:
+    """The instances the entries name (an id, else a business key, among those the identity may see), and the
+    entries that name none as (their index, the text). Read in chunks: a few queries whatever their number."""
+    visible = visible_rows(WorkflowInstance.objects.filter(namespace_id=identity.namespace_id), identity)
+    found, unknown = set(), []
+    numbered = [(number, entry.strip()) for number, entry in enumerate(entries) if entry.strip()]
+    for start in range(0, len(numbered), NAMED_CHUNK):
+        chunk = numbered[start : start + NAMED_CHUNK]
+        texts = {text for _, text in chunk}
+        by_id = set(visible.filter(pk__in=texts).values_list("id", flat=True))
+        by_key: dict[str, set[str]] = {}
+        for pk, key in visible.filter(business_key__in=texts - by_id).values_list("id", "business_key"):
+            by_key.setdefault(key, set()).add(pk)
+        for number, text in chunk:
+            ids = {text} if text in by_id else by_key.get(text)
+            if ids:
+                found |= ids
+            else:
+                unknown.append((number, text[:80]))
+    return sorted(found), unknown
+
+
 def campaign_make(*, identity: Identity, instances: QuerySet, source: str, command: object, owner: str) -> Campaign:
     """A READY campaign (PROPOSED under four eyes) of the instances of ``instances`` the identity may see, each
     frozen at its revision now, in id order (the canary is the first ``canary_size``). Made in one transaction, in
     chunks: constant memory."""
     identity.require_scope(Scope.RECOVER)
     parsed = campaign_command_parse(command)
+    return _frozen(identity=identity, instances=instances, source=source, parsed=parsed, owner=owner)
+
+
+def _frozen(*, identity: Identity, instances: QuerySet, source: str, parsed: CampaignCommand, owner: str) -> Campaign:
     rows = visible_rows(instances.order_by(), identity).filter(namespace_id=identity.namespace_id)
     now = clock.now()
     definitions = WorkflowDefinition.objects.filter(pk__in=rows.values("definition_id").distinct())
@@ -147,7 +214,7 @@ def campaign_make(*, identity: Identity, instances: QuerySet, source: str, comma
             total += len(chunk)
             last = chunk[-1][0]
         if not total:
-            raise InvalidArgument("selection: no instance you may see is selected", field="selection")
+            raise NotFound("selection: no instance you may see is selected", field="selection")
         campaign.total = total
         campaign.save(update_fields=["total"])
     return campaign

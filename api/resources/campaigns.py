@@ -1,25 +1,112 @@
 """Repair campaigns (``recovery.campaigns``): one decision over a frozen selection, its state and counts, and the
 per-item ledger."""
 
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
-from api.resources import Raw, optional, optional_time, paged
+from api.resources import Raw, instances, optional, optional_time, paged
+from api.resources.decisions import decision_fields, kind_title
 from api.schema import (
     AUTH_ERRORS,
     BODY_LIMITS,
     BODY_REFUSALS,
+    KEY_REUSED,
+    PAGE_PARAMETERS,
     UNAVAILABLE_ERRORS,
     Command,
     ExactJSONField,
     IdField,
     TimeField,
     reason,
+    text_field,
+    text_schema,
 )
 from core import exactjson
 from core.times import format_time
 from history.models import Campaign, CampaignItem, CampaignState, ItemOutcome
-from recovery.campaigns import CampaignTally
+from recovery.campaigns import DEFAULTS, LIMITS, CampaignTally
+from recovery.decisions import KINDS, Kind
+
+# The ids or business keys one request may name; a larger fleet is selected by the instance query.
+MAX_NAMED = 10_000
+MAX_BUSINESS_KEY = 256
+
+
+def _query_filters() -> dict[str, dict]:
+    """The instance query's filters (GET /v1/workflows's parameters but its order and page), each its schema."""
+    parameters = instances.workflow_query_parameters()
+    paging = {"order", *(parameter.name for parameter in PAGE_PARAMETERS)}
+    return {p.name: {**p.type, "description": p.description} for p in parameters if p.name not in paging}
+
+
+QUERY_FILTERS = _query_filters()
+SELECTION_SCHEMA = {
+    "oneOf": [
+        {
+            "type": "object",
+            "description": "named instances, each by its id or else its business key (every one of them)",
+            "properties": {
+                "workflows": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": MAX_NAMED,
+                    "items": text_schema(max_length=MAX_BUSINESS_KEY),
+                }
+            },
+            "required": ["workflows"],
+            "additionalProperties": False,
+        },
+        {
+            "type": "object",
+            "description": "the instances GET /v1/workflows would list with these filters (at least one), all pages",
+            "properties": {
+                "query": {
+                    "type": "object",
+                    "minProperties": 1,
+                    "properties": QUERY_FILTERS,
+                    "additionalProperties": False,
+                }
+            },
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+    ]
+}
+
+
+@extend_schema_field(SELECTION_SCHEMA, component_name="CampaignSelection")
+class SelectionField(serializers.JSONField):
+    pass
+
+
+def _make_command(kind: Kind) -> type[serializers.Serializer]:
+    """The body of a campaign of one kind of decision: its title, the decision but its revision (each item carries
+    its own), its stages and the selection."""
+    help_texts = {
+        "canary_size": "items run before it is widened",
+        "halt_percent": "it halts itself past this share of its items run refused, failed or repaired ineffectively",
+        "rate_per_second": "items a second at most",
+    }
+    stages = {
+        name: serializers.IntegerField(
+            min_value=1, max_value=LIMITS[name], required=False, help_text=f"{text} (default {DEFAULTS[name]})"
+        )
+        for name, text in help_texts.items()
+    }
+    fields = {
+        "title": text_field(max_length=200),
+        **decision_fields(kind, revision=False),
+        **stages,
+        "selection": SelectionField(help_text="the instances, frozen at their revisions when it is made"),
+    }
+    return type(f"Campaign{kind_title(kind)}Command", (Command,), fields)
+
+
+MakeCommand = PolymorphicProxySerializer(
+    component_name="CampaignCommand",
+    serializers=[_make_command(kind) for kind in KINDS.values()],
+    resource_type_field_name=None,
+)
 
 
 @extend_schema_field({"type": "string", "enum": list(CampaignState.values)}, component_name="CampaignState")
@@ -125,6 +212,15 @@ MOVE_ERRORS = {
     **UNAVAILABLE_ERRORS,
 }
 MOVE_ERRORS[403] += "; under four eyes, approving and widening are not its maker's"
+MAKE_ERRORS = {
+    400: f"INVALID_ARGUMENT: a malformed body or Idempotency-Key, {BODY_LIMITS} (field named)",
+    **AUTH_ERRORS,
+    404: "NOT_FOUND: a named instance you may not see (selection.workflows, each listed by its index), or no "
+    "instance you may see is selected (selection)",
+    409: KEY_REUSED,
+    **BODY_REFUSALS,
+    **UNAVAILABLE_ERRORS,
+}
 
 
 def campaign(row: Campaign, tally: CampaignTally) -> dict:

@@ -44,12 +44,16 @@ class OperationNameField(serializers.CharField):
     pass
 
 
-def _command(kind: Kind) -> type[serializers.Serializer]:
-    """The body of one kind of decision: the common fields, and its outcome fields (required) when it has any."""
+def decision_fields(kind: Kind, *, revision: bool = True) -> dict[str, serializers.Field]:
+    """The fields of one kind of decision: the common ones (``expected_revision`` when ``revision``: a campaign's
+    items carry their own), and its outcome fields (required) when it has any."""
     fields = {
         "kind": only(kind.name, help_text=kind.established),
         "step_key": StepKeyField(help_text="the step the decision is about"),
-        "expected_revision": RevisionField(help_text="the instance's revision the operator decided on"),
+    }
+    if revision:
+        fields["expected_revision"] = RevisionField(help_text="the instance's revision the operator decided on")
+    fields |= {
         "reason": reason(),
         "evidence_ref": evidence_ref(),
         "declared": DeclarationField(
@@ -64,8 +68,16 @@ def _command(kind: Kind) -> type[serializers.Serializer]:
             if "conclusion" in kind.outcome
             else "the pending answer, as the poll's mapping reads it"
         )
-    name = "".join(part.title() for part in kind.name.split("-"))
-    return type(f"Decision{name}Command", (Command,), fields)
+    return fields
+
+
+def kind_title(kind: Kind) -> str:
+    return "".join(part.title() for part in kind.name.split("-"))
+
+
+def _command(kind: Kind) -> type[serializers.Serializer]:
+    """The body of one kind of decision."""
+    return type(f"Decision{kind_title(kind)}Command", (Command,), decision_fields(kind))
 
 
 DecisionCommand = PolymorphicProxySerializer(

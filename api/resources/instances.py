@@ -33,7 +33,7 @@ from api.schema import (
 from core.ids import MAX_UINT32
 from core.times import format_time
 from engine.definitions import MAX_SECONDS
-from history.models import ReviewCause, WorkflowInstance
+from history.models import InstanceState, ReviewCause, StallReason, StopKind, WorkflowInstance
 from history.selectors import instance_list
 from history.selectors import instances as instance_reads
 from history.selectors.pagination import Page
@@ -235,19 +235,20 @@ def _enum_list(name: str, values, description: str) -> OpenApiParameter:
     return _query(name, items, f"{description}; repeat the parameter for several (any of them)", explode=True)
 
 
-def workflow_query_parameters(*, states, causes, stall_reasons, stop_kinds, orders) -> list[OpenApiParameter]:
+def workflow_query_parameters() -> list[OpenApiParameter]:
     """Every parameter of GET /v1/workflows; each given at most once but ``state``, ``review_cause`` and
     ``stall_reason``."""
+    orders = list(instance_list.ORDERS)
     time = "RFC 3339 with its offset, exclusive bound"
     return [
-        _enum_list("state", states, "instances in one of these states"),
-        _enum_list("review_cause", causes, "instances in review for one of these causes"),
+        _enum_list("state", InstanceState.values, "instances in one of these states"),
+        _enum_list("review_cause", ReviewCause.values, "instances in review for one of these causes"),
         _query("definition", NAME_SCHEMA, "definition name"),
         _query("version", {"type": "integer", "minimum": 1, "maximum": MAX_UINT32}, "definition version"),
         _query("business_key", BUSINESS_KEY_SCHEMA, "exactly this business key"),
         _query("business_key_prefix", BUSINESS_KEY_SCHEMA, "business keys starting with this text"),
         _query("paused", {"type": "boolean"}, "paused (true) or not (false)"),
-        _query("stop_kind", {"type": "string", "enum": list(stop_kinds)}, "the stop intent recorded"),
+        _query("stop_kind", {"type": "string", "enum": list(StopKind.values)}, "the stop intent recorded"),
         _query("queue", NAME_SCHEMA, "instances whose definition uses this queue"),
         _query("created_after", QUERY_TIME_SCHEMA, time),
         _query("created_before", QUERY_TIME_SCHEMA, time),
@@ -258,7 +259,9 @@ def workflow_query_parameters(*, states, causes, stall_reasons, stop_kinds, orde
             {"type": "integer", "minimum": 0, "maximum": MAX_UINT32},
             "seconds: instances in review since longer than this",
         ),
-        _enum_list("stall_reason", stall_reasons, "instances the watchdog marked stalled for one of these reasons"),
+        _enum_list(
+            "stall_reason", StallReason.values, "instances the watchdog marked stalled for one of these reasons"
+        ),
         _query(
             "signature",
             {"type": "string", "pattern": "^[0-9a-f]{32}$"},
@@ -266,7 +269,7 @@ def workflow_query_parameters(*, states, causes, stall_reasons, stop_kinds, orde
         ),
         _query(
             "order",
-            {"type": "string", "enum": list(orders), "default": orders[0]},
+            {"type": "string", "enum": orders, "default": orders[0]},
             "newest first by this time, then by id descending; review_since lists only instances in review",
         ),
         *PAGE_PARAMETERS,

@@ -28,7 +28,6 @@ from history.models import (
     RepairCheck,
     WorkflowInstance,
 )
-from history.selectors.access import visible_rows
 from recovery.campaigns import (
     DEFAULTS,
     campaign_again,
@@ -37,6 +36,7 @@ from recovery.campaigns import (
     campaign_preview,
     campaign_tally,
     campaigns_visible,
+    instances_named,
 )
 from recovery.decisions import KINDS
 
@@ -206,10 +206,12 @@ class CampaignAdmin(IncidentAdmin):
             return _new_page(request, form, selected=instances.count(), source=source, hidden={})
         pasted = PastedForm(posted)
         if posted and pasted.is_valid() and form.is_valid():
-            ids, unknown = _pasted(identity, pasted.cleaned_data["instances"])
+            ids, unknown = instances_named(identity, pasted.cleaned_data["instances"].splitlines())
             if unknown:
                 more = " …" if len(unknown) > 20 else ""
-                pasted.add_error("instances", "not found: " + "; ".join(unknown[:20]) + more)
+                pasted.add_error(
+                    "instances", "not found: " + "; ".join(f"line {n + 1}: {text}" for n, text in unknown[:20]) + more
+                )
             else:
                 instances = WorkflowInstance.objects.filter(pk__in=ids)
                 if made := _made(request, form, instances, f"{len(ids)} pasted ids and business keys"):
@@ -323,25 +325,6 @@ def _latest_verdicts(campaign: Campaign, instance_ids: list[str]) -> list[tuple[
     for row in checks.order_by("-made_at").values_list("instance_id", "verdict", "detail"):
         latest.setdefault(row[0], row)
     return list(latest.values())
-
-
-def _pasted(identity, text: str) -> tuple[list[str], list[str]]:
-    """The instances the lines name (an id, else a business key, among those the identity may see), and the lines
-    that name none, as "line N: text"."""
-    visible = visible_rows(WorkflowInstance.objects.filter(namespace_id=identity.namespace_id), identity)
-    found, unknown = set(), []
-    for number, line in enumerate(text.splitlines(), start=1):
-        line = line.strip()
-        if not line:
-            continue
-        ids = set(visible.filter(pk=line).values_list("id", flat=True)) or set(
-            visible.filter(business_key=line).values_list("id", flat=True)
-        )
-        if ids:
-            found |= ids
-        else:
-            unknown.append(f"line {number}: {line[:80]}")
-    return sorted(found), unknown
 
 
 def _ledger_rows(campaign: Campaign, outcome: str):

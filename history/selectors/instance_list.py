@@ -137,6 +137,14 @@ def _filtered(*, identity: Identity, query: InstanceQuery, definition_ids: list[
     return rows
 
 
+def instances_matching(*, identity: Identity, query: InstanceQuery) -> QuerySet:
+    """Every visible instance matching ``query``, unread: a selection for a repair campaign to freeze."""
+    definition_ids = _definition_ids(identity=identity, query=query)
+    if definition_ids == []:
+        return WorkflowInstance.objects.none()
+    return _filtered(identity=identity, query=query, definition_ids=definition_ids)
+
+
 def _scans(rows: QuerySet, *, query: InstanceQuery, definition_ids: list[str] | None) -> list[QuerySet]:
     """``rows`` split on the first list filter an index of this order leads with, one queryset per value."""
     lists = {

@@ -732,6 +732,16 @@ class WeaveClient:
 
     # Writes
 
+    @operation("make_campaign")
+    def make_campaign(self, *, idempotency_key: str, command: Mapping[str, Any]) -> t.Response:
+        """Make a repair campaign (``title``, the decision's ``kind``, ``step_key``, ``reason``, ``evidence_ref``,
+        ``declared`` and outcome, optional ``canary_size``, ``halt_percent``, ``rate_per_second``, and ``selection``:
+        ``{"workflows": [ids or business keys]}`` or ``{"query": {the list_workflows filters}}``). ``data`` is the
+        ``Campaign``, READY (PROPOSED under four eyes); a replay of the key answers the same campaign, now."""
+        answer = self._send("POST", "/v1/campaigns", body=command, idempotency_key=idempotency_key)
+        data = t.decode(t.Campaign, answer.data)
+        return t.Response(data=data, request_id=answer.request_id, replayed=answer.replayed, status=answer.status)
+
     @operation("approve_campaign")
     def approve_campaign(self, campaign_id: str, *, note: str | None = None) -> t.Campaign:
         """Approve a campaign held under four eyes (not its maker's to approve): READY, with its preview read."""

@@ -8,8 +8,18 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from engine.runner import runner_settle
-from history.models import ApprovalPolicy, CampaignState, Scope, WorkflowInstance
-from recovery.campaigns import campaign_make
+from history.models import (
+    ApprovalPolicy,
+    Campaign,
+    CampaignItem,
+    CampaignState,
+    IdempotencyReceipt,
+    Scope,
+    WorkflowInstance,
+)
+from recovery.campaigns import MAKE, campaign_make
+from testkit import states
+from testkit.driver import Engine
 from tests.conftest import bearer, error_of
 from tests.recovery.test_campaigns import _command, _operator, _unknown
 
@@ -109,3 +119,88 @@ def test_the_list_reads_a_constant_number_of_queries_however_many_campaigns_it_h
     for _ in range(3):
         _made(tenancy, n=1)
     assert queries() == one
+
+
+def _make(api, token, body, key="make-1"):
+    response = api.post(
+        "/v1/campaigns",
+        data=json.dumps(body),
+        content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY=key,
+        **bearer(token),
+    )
+    return response, json.loads(response.content)
+
+
+def test_a_campaign_made_over_the_api_freezes_its_named_instances_once_per_key(api, tenancy, issue_token):
+    first, second, third = _unknown(tenancy, 3)
+    WorkflowInstance.objects.filter(pk=second.pk).update(business_key="order-2")
+    token = issue_token(scopes=[Scope.RECOVER], actor_id="d" * 32).token
+    body = _command(canary_size=1) | {"selection": {"workflows": [first.id, "order-2"]}}
+    response, made = _make(api, token, body)
+    assert response.status_code == 201 and "Idempotent-Replayed" not in response
+    campaign = made["data"]
+    assert (campaign["state"], campaign["total"], campaign["counts"]["PENDING"]) == ("READY", 2, 2)
+    assert campaign["owner"] == "d" * 32 and campaign["source"] == "2 ids and business keys named"
+    frozen = CampaignItem.objects.filter(campaign_id=campaign["id"]).values_list("instance_id", "revision")
+    assert set(frozen) == {(first.id, first.revision), (second.id, second.revision)}
+    # The same key and body: the same campaign, as it is now; another body under that key is refused.
+    again, replayed = _make(api, token, body)
+    assert (again.status_code, again["Idempotent-Replayed"], replayed["data"]["id"]) == (200, "true", campaign["id"])
+    other = body | {"selection": {"workflows": [third.id]}}
+    refused, answer = _make(api, token, other)
+    assert error_of((refused.status_code, answer))[:2] == (409, "ALREADY_EXISTS")
+    assert Campaign.objects.count() == 1
+
+
+def test_a_campaign_selected_by_the_instance_query_takes_every_page_of_it(api, tenancy, issue_token):
+    in_review = _unknown(tenancy, 3)
+    running = states.started(Engine(*tenancy), 1)
+    token = issue_token(scopes=[Scope.RECOVER]).token
+    query = {"state": ["NEEDS_REVIEW"], "review_cause": "task_outcome_unknown", "paused": False}
+    response, made = _make(api, token, _command() | {"selection": {"query": query}})
+    assert response.status_code == 201 and made["data"]["total"] == 3
+    selected = set(CampaignItem.objects.values_list("instance_id", flat=True))
+    assert selected == {i.id for i in in_review} and running[0].id not in selected
+    assert "state=NEEDS_REVIEW" in made["data"]["source"]
+
+
+@pytest.mark.parametrize(
+    ("selection", "status", "field"),
+    [
+        ({}, 400, "selection"),
+        ({"workflows": ["x"], "query": {"state": "NEEDS_REVIEW"}}, 400, "selection"),
+        ({"workflows": []}, 400, "selection.workflows"),
+        ({"workflows": ["ok", " "]}, 400, "selection.workflows[1]"),
+        ({"query": {}}, 400, "selection.query"),
+        ({"query": {"order": "created_at"}}, 400, "selection.query.order"),
+        ({"query": {"state": "DONE"}}, 400, "selection.query.state"),
+        ({"query": {"created_after": "yesterday"}}, 400, "selection.query.created_after"),
+        ({"query": {"version": 1.5}}, 400, "selection.query.version"),
+        ({"workflows": ["e" * 32, "no-such-key"]}, 404, "selection.workflows"),
+        ({"query": {"business_key": "no-such-key"}}, 404, "selection"),
+    ],
+)
+def test_a_bad_or_empty_selection_is_refused_naming_it_and_nothing_is_made(
+    api, tenancy, issue_token, selection, status, field
+):
+    _unknown(tenancy, 1)
+    token = issue_token(scopes=[Scope.RECOVER]).token
+    answer = _make(api, token, _command() | {"selection": selection})
+    assert error_of((answer[0].status_code, answer[1]))[::2] == (status, field)
+    assert not Campaign.objects.exists() and not IdempotencyReceipt.objects.filter(operation=MAKE).exists()
+
+
+def test_the_unknown_names_are_listed_by_their_index(api, tenancy, issue_token):
+    (known,) = _unknown(tenancy, 1)
+    token = issue_token(scopes=[Scope.RECOVER]).token
+    answer = _make(api, token, _command() | {"selection": {"workflows": [known.id, "order-9", "e" * 32]}})[1]
+    assert "[1] order-9; [2] " + "e" * 32 in answer["error"]["message"]
+
+
+def test_a_command_without_a_body_is_refused_naming_the_body(api, tenancy, issue_token):
+    campaign = _made(tenancy, n=1)
+    token = issue_token(scopes=[Scope.RECOVER]).token
+    response = api.post(f"/v1/campaigns/{campaign.id}/start", **bearer(token))
+    assert error_of((response.status_code, json.loads(response.content))) == (400, "INVALID_ARGUMENT", "body")
+    assert error_of(_move(api, token, campaign.id, "start", note=" ")) == (400, "INVALID_ARGUMENT", "note")

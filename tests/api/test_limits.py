@@ -82,7 +82,7 @@ def assert_refused(sent, status: int, field: str, *words: str) -> str:
 
 def test_every_json_post_the_urlconf_serves_is_covered():
     assert {(e.route, e.method) for e in JSON_POSTS} == {r for r in sweep.served_endpoints() if r[1] == "POST"}
-    assert len(JSON_POSTS) == 28 and len(BY_NAME) == 28
+    assert len(JSON_POSTS) == 29 and len(BY_NAME) == 29
 
 
 # ---- the body --------------------------------------------------------------------------------------------

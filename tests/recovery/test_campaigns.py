@@ -238,7 +238,7 @@ def test_a_bad_field_is_named_and_nothing_is_made(tenancy, fields, field):
 
 
 def test_an_empty_selection_is_refused_and_a_campaign_stays_within_its_makers_queues(tenancy):
-    with pytest.raises(InvalidArgument) as refused:
+    with pytest.raises(NotFound) as refused:
         _made(tenancy, [])
     assert refused.value.field == "selection" and not Campaign.objects.exists()
     campaign = _made(tenancy, _unknown(tenancy, 1))

@@ -232,6 +232,9 @@ def test_over_http_a_submit_answers_202_and_another_person_approves(tenancy, pol
     proposed = _post(api, proposer, f"{base}/recovery/retry-step", rq.retry(state), "k1")
     assert proposed.status_code == 202, proposed.content
     proposal_id = proposed.json()["data"]["proposal_id"]
+    # No body at all is not the empty command: nothing is approved by a request that sent none.
+    bare = api.post(f"{base}/proposals/{proposal_id}/approve", HTTP_IDEMPOTENCY_KEY="k0", **bearer(second))
+    assert (bare.status_code, bare.json()["error"]["field"]) == (400, "body")
     own = _post(api, proposer, f"{base}/proposals/{proposal_id}/approve", {}, "k2")
     assert (own.status_code, own.json()["error"]["code"]) == (403, "PERMISSION_DENIED")
     approved = _post(api, second, f"{base}/proposals/{proposal_id}/approve", {}, "k3")

@@ -287,6 +287,19 @@ def _no_body(world) -> dict:
     return {}
 
 
+def _campaign_body(world) -> dict:
+    """A campaign of the instance, named in its selection."""
+    return {
+        "title": "settled charges",
+        "kind": "retry",
+        "step_key": "charge",
+        "reason": "the provider confirmed nothing was charged",
+        "evidence_ref": "ticket:OPS-1",
+        "declared": True,
+        "selection": {"workflows": [world.ids["instance"]]},
+    }
+
+
 PUBLIC = "public"
 W = "v1/workflows/<str:id>"
 ON_INSTANCE = {"id": "instance"}
@@ -439,6 +452,7 @@ ENDPOINTS = [
         list_kind="campaign_items",
         also=Scope.RECOVER,
     ),
+    Endpoint("v1/campaigns", "POST", Scope.RECOVER, "selection", body=_campaign_body),
     *[
         Endpoint(f"v1/campaigns/<str:campaign_id>/{action}", "POST", Scope.RECOVER, "campaign", ON_CAMPAIGN, _no_body)
         for action in ("approve", "start", "pause", "resume", "widen", "cancel")
@@ -560,6 +574,8 @@ MISSING = {
 }
 HIDDEN_FROM = {
     "instance": [("rival", "*"), ("namespace", ["payments"]), ("namespace", ["ledger"])],
+    # A campaign's selection names the instance.
+    "selection": [("rival", "*"), ("namespace", ["payments"]), ("namespace", ["ledger"])],
     "task": [("rival", "*"), ("namespace", ["ledger"])],
     "definition": [("rival", "*"), ("namespace", ["ledger"])],
     "queue": [("namespace", ["ledger"])],
@@ -572,6 +588,9 @@ def _missing_request(endpoint: Endpoint, world) -> tuple[dict, str, str]:
     """The same request naming a resource that does not exist, with (real, missing) names."""
     if endpoint.guard == "definition":
         return {"body": endpoint.body(world) | {"definition": "nowhere"}}, world.startable.name, "nowhere"
+    if endpoint.guard == "selection":
+        missing = {"workflows": ["e" * 32]}
+        return {"body": endpoint.body(world) | {"selection": missing}}, world.ids["instance"], "e" * 32
     key, missing = MISSING[endpoint.guard]
     placeholder = next(p for p, k in endpoint.args.items() if k == key)
     return {"path": endpoint.path(world, **{placeholder: missing})}, world.ids[key], missing

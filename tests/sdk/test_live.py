@@ -337,12 +337,18 @@ def test_the_sdk_reads_the_background_a_runner_run_left(live_server, issue_token
         controller.get_background()
 
 
-def test_the_sdk_follows_a_campaign_from_start_to_its_ledger(live_server, issue_token, tenancy):
+def test_the_sdk_makes_a_campaign_and_follows_it_from_start_to_its_ledger(live_server, issue_token, tenancy):
     from engine.runner import runner_settle
-    from tests.api.test_campaigns import _made
+    from tests.recovery.test_campaigns import _command, _unknown
 
-    campaign = _made(tenancy, n=3, canary_size=3)
+    named = [instance.id for instance in _unknown(tenancy, 3)]
+    command = _command(canary_size=3) | {"selection": {"workflows": named}}
     with WeaveClient(live_server.url, issue_token(scopes=[Scope.RECOVER, Scope.READ]).token) as client:
+        made = client.make_campaign(idempotency_key="inc-42", command=command)
+        campaign = made.data
+        assert (made.status, made.replayed, campaign.state, campaign.total) == (201, False, "READY", 3)
+        again = client.make_campaign(idempotency_key="inc-42", command=command)
+        assert (again.status, again.replayed, again.data.id) == (200, True, campaign.id)
         listed = client.list_campaigns().items
         assert [c.id for c in listed] == [campaign.id] and listed[0].counts.PENDING == 3
         assert client.start_campaign(campaign.id, note="preview read").state == "RUNNING"
