@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, then pytest on SQLite and on MariaDB, then the races on a three-node Galera
-# cluster with their clients spread over the nodes (make test-cluster runs the whole cluster lane).
+# cluster with their clients spread over the nodes (make test-cluster runs the whole cluster lane). Workers steal
+# tests from each other (--dist worksteal): the few long subprocess tests do not leave one worker idle at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh dev
@@ -16,13 +17,13 @@ WEAVE_DATABASE_URL="sqlite://:memory:" DJANGO_SETTINGS_MODULE=weave_site.setting
   python manage.py makemigrations --check --dry-run
 
 echo "== tests on SQLite"
-WEAVE_DATABASE_URL="sqlite:///$PWD/var/test.sqlite3" pytest -n 2 "$@"
+WEAVE_DATABASE_URL="sqlite:///$PWD/var/test.sqlite3" pytest -n 2 --dist worksteal "$@"
 
 echo "== tests on MariaDB"
 if scripts/mariadb.sh; then
   # The browser tests drive the console's pages through the same services this lane runs directly: once, on
   # SQLite, keeps the suite's time down.
-  WEAVE_DATABASE_URL="mysql://root@127.0.0.1:3306/weave" pytest -n 2 --ignore=tests/browser "$@"
+  WEAVE_DATABASE_URL="mysql://root@127.0.0.1:3306/weave" pytest -n 2 --dist worksteal --ignore=tests/browser "$@"
 elif [ "${CI:-}" = true ]; then
   echo "MariaDB is required under CI=true" >&2
   exit 1
@@ -35,7 +36,7 @@ echo "== the races on a three-node Galera cluster"
 if [ "$(id -u)" = 0 ] || { [ -f /usr/lib/galera/libgalera_smm.so ] && command -v rsync >/dev/null; }; then
   scripts/galera.sh start
   trap 'scripts/galera.sh stop' EXIT
-  WEAVE_DATABASE_URL="$(scripts/galera.sh url weave)" pytest -n 2 tests/reliability/test_races.py \
+  WEAVE_DATABASE_URL="$(scripts/galera.sh url weave)" pytest -n 2 --dist worksteal tests/reliability/test_races.py \
     tests/engine/test_concurrency.py tests/engine/test_certifiable.py tests/core/test_cluster_connect.py "$@"
   scripts/galera.sh counts
 elif [ "${CI:-}" = true ]; then

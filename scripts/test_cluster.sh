@@ -12,7 +12,7 @@ export WEAVE_GALERA="$PWD/scripts/galera.sh"
 
 CLUSTER_URL="$(scripts/galera.sh url weave)"
 echo "== spread over three nodes"
-WEAVE_DATABASE_URL="$CLUSTER_URL" pytest -n 2 tests/reliability tests/engine/test_concurrency.py \
+WEAVE_DATABASE_URL="$CLUSTER_URL" pytest -n 2 --dist worksteal tests/reliability tests/engine/test_concurrency.py \
   tests/engine/test_certifiable.py tests/engine/test_faults.py tests/recovery/test_faults.py tests/core/test_cluster_connect.py \
   --deselect tests/reliability/test_cluster_faults.py "$@"
 echo "== node kills and a partition under load (alone: the nodes it stops would stop the other tests too)"
@@ -20,5 +20,5 @@ WEAVE_DATABASE_URL="$CLUSTER_URL" pytest tests/reliability/test_cluster_faults.p
 scripts/galera.sh counts
 
 echo "== the whole MariaDB lane on node 1"
-WEAVE_DATABASE_URL="mysql://root@127.0.0.1:3311/weave" pytest -n 2 "$@"
+WEAVE_DATABASE_URL="mysql://root@127.0.0.1:3311/weave" pytest -n 2 --dist worksteal "$@"
 scripts/galera.sh counts

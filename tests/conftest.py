@@ -1,3 +1,4 @@
+import datetime as dt
 import json
 from types import SimpleNamespace
 
@@ -5,6 +6,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 from rest_framework.test import APIClient
 
+from core import clock
 from history.credentials import credential_issue, identity_of_credential
 from history.models import Operator, Scope
 from history.tenancy import actor_id_for, namespace_ensure
@@ -21,6 +23,15 @@ from tests.factories import (
     task_step,
     timer_step,
 )
+
+
+@pytest.fixture(autouse=True)
+def _clock_reset():
+    """Tests move the one clock; every test starts and ends at the real time, whatever ran before it in its process
+    (a runner subprocess keeps the real time: a campaign made an hour ahead would never be due for it)."""
+    clock.set_offset(dt.timedelta(0))
+    yield
+    clock.set_offset(dt.timedelta(0))
 
 
 @pytest.fixture

@@ -1,11 +1,9 @@
-"""Engine test fixtures: quota rows, the clock reset around each test, a backoff recorder."""
+"""Engine test fixtures: quota rows, a backoff recorder."""
 
-import datetime as dt
 import threading
 
 import pytest
 
-from core import clock
 from history.models import Application, Queue
 
 
@@ -18,14 +16,6 @@ def quota_rows(engine):
         )
 
     return rows
-
-
-@pytest.fixture(autouse=True)
-def _clock_reset():
-    """Tests move the one clock; every test starts and ends at the real time."""
-    clock.set_offset(dt.timedelta(0))
-    yield
-    clock.set_offset(dt.timedelta(0))
 
 
 class StoppingRecorder(threading.Event):
