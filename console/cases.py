@@ -1,10 +1,12 @@
 """Incident cases: the instances one cause stranded, opened from a failure signature or a selection, worked with
 shared notes and evidence, counted "accounted for: N of M", and closed with a summary for the postmortem.
 
-A member is accounted for once it is repaired (out of review and not stalled: running on, or succeeded), ended
-(failed or cancelled) or knowingly abandoned with a reason. The states are read live from the instances, in
-chunks of an index read each; the case stores only what a person added (notes, abandonments) and, at its close,
-the summary, so the export of a closed case says what was true when it closed.
+A member is accounted for once it is verified (its last repair judged effective by the runner,
+``recovery.repairs``), succeeded, ended (failed or cancelled) or knowingly abandoned with a reason. A repair still
+watched, one that did not work, or an instance running with no repair at all is not accounted for yet. The states
+are read live from the instances and their repairs, in chunks of an index read each; the case stores only what a
+person added (notes, abandonments) and, at its close, the summary, so the export of a closed case says what was
+true when it closed.
 """
 
 import datetime as dt
@@ -20,7 +22,16 @@ from console.models import Case, CaseMember, CaseNote, CaseState
 from core import clock
 from core.identity import Identity
 from core.times import format_time
-from history.models import FailureSignature, InstanceState, Operator, Stall, WorkflowInstance, WorkflowOperation
+from history.models import (
+    FailureSignature,
+    InstanceState,
+    Operator,
+    RepairCheck,
+    RepairVerdict,
+    Stall,
+    WorkflowInstance,
+    WorkflowOperation,
+)
 from history.selectors.access import visible_rows
 
 # A case holds at most this many instances: a bigger fleet is more than one cause, or a campaign's.
@@ -28,8 +39,26 @@ MAX_MEMBERS = 10_000
 # The summary's timeline keeps at most this many recovery and control operations (it says when it left some out).
 MAX_OPERATIONS = 1_000
 CHUNK = 1_000
-STATUSES = ("in review", "stalled", "stopping", "repaired", "ended", "abandoned")
-ACCOUNTED = ("repaired", "ended", "abandoned")
+STATUSES = (
+    "in review",
+    "stalled",
+    "stopping",
+    "running",
+    "verifying",
+    "ineffective",
+    "verified",
+    "succeeded",
+    "ended",
+    "abandoned",
+)
+ACCOUNTED = ("verified", "succeeded", "ended", "abandoned")
+# A running member's status by the verdict on its last repair.
+BY_VERDICT = {
+    RepairVerdict.WATCHING: "verifying",
+    RepairVerdict.EFFECTIVE: "verified",
+    RepairVerdict.INEFFECTIVE: "ineffective",
+    RepairVerdict.REGRESSED: "ineffective",
+}
 
 
 class CaseRefused(Exception):
@@ -89,20 +118,27 @@ def case_progress(case: Case) -> Progress:
     working = [instance_id for instance_id, abandoned in members if abandoned is None]
     for chunk in _chunks(working):
         stalled = set(Stall.objects.filter(instance_id__in=chunk).values_list("instance_id", flat=True))
+        # The last repair of each, read from its (instance, made_at) index: a later one overwrites an earlier.
+        checks = RepairCheck.objects.filter(instance_id__in=chunk).order_by("instance_id", "made_at", "id")
+        verdicts = dict(checks.values_list("instance_id", "verdict"))
         for instance_id, state in WorkflowInstance.objects.filter(pk__in=chunk).values_list("id", "state"):
-            statuses[instance_id] = _status(state, instance_id in stalled)
+            statuses[instance_id] = _status(state, instance_id in stalled, verdicts.get(instance_id))
     return Progress(statuses, Counter(statuses.values()))
 
 
-def _status(state: str, stalled: bool) -> str:
+def _status(state: str, stalled: bool, verdict: str | None) -> str:
     if state == InstanceState.NEEDS_REVIEW:
         return "in review"
+    if state == InstanceState.SUCCEEDED:
+        return "succeeded"
     if state in (InstanceState.FAILED, InstanceState.CANCELLED):
         return "ended"
     if state == InstanceState.CANCELLING:
         return "stopping"
-    # Out of review and moving (or done): repaired, unless the watchdog finds it stuck.
-    return "stalled" if stalled else "repaired"
+    if stalled:
+        return "stalled"
+    # Running on: accounted for once the runner judged its last repair effective.
+    return BY_VERDICT[verdict] if verdict else "running"
 
 
 def member_abandon(*, case: Case, instance_id: str, username: str, reason: str) -> None:
@@ -125,7 +161,10 @@ def case_close(*, case: Case, username: str) -> None:
     progress = case_progress(case)
     if progress.accounted < progress.total:
         open_ = progress.total - progress.accounted
-        raise CaseRefused(f"{open_} of {progress.total} instances are not accounted for yet (repair or abandon them)")
+        raise CaseRefused(
+            f"{open_} of {progress.total} instances are not accounted for yet"
+            " (repair them and let the runner verify the repair, or abandon them)"
+        )
     now = clock.now()
     with transaction.atomic():
         locked = Case.objects.select_for_update().get(pk=case.pk)

@@ -33,7 +33,7 @@ class CaseState(models.TextChoices):
 
 class Case(models.Model):
     """An incident case: the instances one cause stranded, worked as one. It holds the shared notes, evidence and
-    ticket, and counts its instances accounted for — repaired (out of review, not stalled), ended, or knowingly
+    ticket, and counts its instances accounted for — a repair the runner verified, succeeded, ended, or knowingly
     abandoned with a reason — until it closes with a summary for the postmortem (``console.cases``)."""
 
     namespace = models.ForeignKey(

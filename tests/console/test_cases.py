@@ -1,7 +1,8 @@
 """Incident cases: from a failure signature to a closed summary — members frozen at opening, notes and evidence,
-"accounted for: N of M" as instances are repaired, end or are abandoned, a close refused until every one is, and
-the summary exported as Markdown and JSON with who did what."""
+"accounted for: N of M" as repairs are verified by the runner, instances end or are abandoned, a close refused
+until every one is, and the summary exported as Markdown and JSON with who did what."""
 
+import datetime as dt
 import json
 import re
 from html import unescape
@@ -9,13 +10,19 @@ from html import unescape
 import pytest
 from django.test import Client
 
+from console.cases import CaseRefused, case_close, case_open, case_progress
 from console.models import Case, CaseMember, CaseState
+from core import clock
 from core.identity import identity_of_user
-from history.models import WorkflowInstance
+from engine.worker import task_complete
+from history.models import RepairCheck, RepairVerdict, WorkflowInstance
 from recovery.campaigns import campaign_make
 from recovery.operations import instance_continue, step_retry
+from recovery.repairs import pass_repair_checks
 from testkit import requests as rq
 from testkit import states
+from testkit.driver import Engine, task_step
+from tests.recovery.test_repairs import WINDOW, _decide, _windowed
 
 pytestmark = pytest.mark.django_db
 ADD = "/admin/console/case/add/"
@@ -73,9 +80,19 @@ def test_a_case_from_a_signature_to_its_closed_summary(tenancy, console_user, st
     rq.run(step_retry, identity, repaired, rq.retry(repaired), key="retry")
     rq.run(instance_continue, identity, repaired, rq.continue_(repaired), key="continue")
     page = _post(olga, case, "abandon", instance=abandoned.instance.id, reason="customer cancelled the order")
-    assert "Accounted for: 2 of 3" in page and "customer cancelled the order" in page
+    # Out of review is not accounted for: the repair is watched until the runner judges it.
+    assert "Accounted for: 1 of 3" in page and "customer cancelled the order" in page and "verifying: 1" in page
     refused = _post(olga, case, "close")
-    assert "1 of 3 instances are not accounted for yet" in refused and Case.objects.get().state == CaseState.OPEN
+    assert "2 of 3 instances are not accounted for yet" in refused and Case.objects.get().state == CaseState.OPEN
+    # The retried task succeeds; the runner takes the result and judges the repair effective.
+    engine = Engine(*tenancy)
+    claim = engine.claim()
+    command = {"attempt_id": claim.attempt.id, "outcome": "SUCCEEDED", "result": {"paid": True}}
+    task_complete(identity=engine.identity, task_id=claim.task.id, command=command)
+    engine.settle()
+    assert RepairCheck.objects.get(instance_id=repaired.instance.id).verdict == RepairVerdict.EFFECTIVE
+    page = _page(olga, case)
+    assert "Accounted for: 2 of 3" in page
     _post(olga, case, "abandon", instance=waiting.instance.id, reason="duplicate of another order")
     page = _post(olga, case, "close")
     assert "Case closed" in page and "Accounted for: 3 of 3" in page
@@ -89,7 +106,11 @@ def test_a_case_from_a_signature_to_its_closed_summary(tenancy, console_user, st
         "in review": 0,
         "stalled": 0,
         "stopping": 0,
-        "repaired": 1,
+        "running": 0,
+        "verifying": 0,
+        "ineffective": 0,
+        "verified": 0,
+        "succeeded": 1,
         "ended": 0,
         "abandoned": 2,
     }
@@ -99,7 +120,7 @@ def test_a_case_from_a_signature_to_its_closed_summary(tenancy, console_user, st
     # Opened, the note, the retry, the continue, two abandonments, closed: one person under one name.
     assert summary["who"] == {"olga": 7}
     outcomes = {m["instance_id"]: m["status"] for m in summary["members"]}
-    expected = {repaired.instance.id: "repaired", abandoned.instance.id: "abandoned", waiting.instance.id: "abandoned"}
+    expected = {repaired.instance.id: "succeeded", abandoned.instance.id: "abandoned", waiting.instance.id: "abandoned"}
     assert outcomes == expected
     markdown = olga.get(f"/admin/console/case/{case.pk}/summary.md")
     assert markdown["Content-Disposition"] == f'attachment; filename="case-{case.pk}-summary.md"'
@@ -109,6 +130,33 @@ def test_a_case_from_a_signature_to_its_closed_summary(tenancy, console_user, st
     # Closed: the summary is what was true then, and nothing more is written.
     assert "The case is closed" in _post(olga, case, "note", text="too late")
     assert Case.objects.get().notes.count() == 1
+
+
+def test_a_member_out_of_review_is_accounted_for_once_the_runner_verified_its_repair(tenancy):
+    engine = Engine(*tenancy)
+    onward = states.task_unknown_state(tenancy, steps=[states.TASK_STEP, states.NEXT_STEP])
+    unmoved = states.task_failed_state(tenancy, attempts_used=1)  # budget left: safe to run again
+    _windowed(unmoved)
+    running = engine.start(engine.define([task_step()]))  # never in review, never repaired
+    members = [onward.instance.id, unmoved.instance.id, running.id]
+    case = case_open(identity=engine.identity, username="olga", title="t", ticket_url="", instance_ids=members)
+    assert case_progress(case).statuses == dict.fromkeys(members[:2], "in review") | {running.id: "running"}
+
+    _decide(tenancy, onward.instance, "conclude", conclusion="SUCCEEDED", result={"paid": True})
+    _decide(tenancy, unmoved.instance, "retry")
+    progress = case_progress(case)
+    # Concluded, its next step runs: effective. Retried, its task waits for a worker: watched, not yet verified.
+    assert progress.statuses == {
+        onward.instance.id: "verified",
+        unmoved.instance.id: "verifying",
+        running.id: "running",
+    }
+    assert progress.accounted == 1
+    clock.advance(dt.timedelta(seconds=WINDOW + 1))
+    assert pass_repair_checks() == 1  # the repairs' pass alone: the watchdog would mark it stalled first
+    assert case_progress(case).statuses[unmoved.instance.id] == "ineffective"
+    with pytest.raises(CaseRefused, match="2 of 3 instances are not accounted for yet"):
+        case_close(case=case, username="olga")
 
 
 def test_a_selection_of_the_instance_list_becomes_a_case(tenancy, console_user, stranded):
