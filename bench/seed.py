@@ -28,6 +28,8 @@ from history.tenancy import namespace_ensure
 
 BATCH = 5000
 ACTOR = "b" * 32
+# The attempt budget of the activations part's step: a retry chain of up to a million one-attempt tasks.
+BUDGET = 10**6
 
 
 class Progress:
@@ -147,7 +149,7 @@ def flush_all() -> None:
 
 DEFINITION_SPEC = {
     "steps": [
-        {"key": "work", "kind": "TASK", "after": [], "handler": "demo.echo", "queue": "bench", "max_attempts": 10**6},
+        {"key": "work", "kind": "TASK", "after": [], "handler": "demo.echo", "queue": "bench", "max_attempts": BUDGET},
         {
             "key": "poll",
             "kind": "POLL",
@@ -191,7 +193,7 @@ def add_instance(tenant, when, *, revision, state=m.InstanceState.NEEDS_REVIEW, 
     return instance_id
 
 
-def add_task(tenant, instance_id, activation_id, when, *, outcome, result, **extra) -> str:
+def add_task(tenant, instance_id, activation_id, when, *, outcome, result, max_attempts=1, **extra) -> str:
     """A finished task with its one attempt, its result event and the consumed inbox record."""
     ns, app, queue, _ = tenant
     task_id = table(m.Task).add(
@@ -203,7 +205,7 @@ def add_task(tenant, instance_id, activation_id, when, *, outcome, result, **ext
         state=outcome,
         revision=3,
         attempt_count=1,
-        max_attempts=1,
+        max_attempts=max_attempts,
         source_instance_id=instance_id,
         source_activation_id=activation_id,
         outcome=outcome,
@@ -328,6 +330,8 @@ def seed_activations(tenant, count: int, start: dt.datetime) -> dict:
             outcome="FAILED",
             result='{"error":"bench"}',
             retry_of_id=chain["previous"],
+            # What the engine writes: each retry gets what its predecessor's one attempt left of the budget.
+            max_attempts=BUDGET - index,
         )
         table(m.Activation).add(
             id=activation_id,

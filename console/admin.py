@@ -273,6 +273,9 @@ class WorkflowInstanceAdmin(ReadOnlyAdmin):
     # Prefixes (LIKE 'x%'), each an index range: the primary key, and (namespace, business key).
     search_fields = ("^id", "^business_key")
     ordering = ("-updated_at",)
+    # Each served in order by the namespace's (review_since, id) and (updated_at, id) indexes; a state or a cause
+    # is a filter, whose index orders by update.
+    sortable_by = ("in_review_for", "updated")
     instance_template = "admin/console/instance_page.html"
     change_list_template = "admin/console/instance_change_list.html"
 

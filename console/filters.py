@@ -37,6 +37,16 @@ class QueueFilter(admin.SimpleListFilter):
         return queryset.filter(queue_id=self.value()) if self.value() else queryset
 
 
+class NamespacedValuesFilter(admin.AllValuesFieldListFilter):
+    """The values a column holds, read as (namespace, value) pairs from an index that leads with both: MariaDB
+    reads one index entry per pair. Django's own DISTINCT of the value alone reads every row of the list."""
+
+    def __init__(self, field, request, params, model, model_admin, field_path):
+        super().__init__(field, request, params, model, model_admin, field_path)
+        pairs = model_admin.get_queryset(request).order_by().values_list("namespace_id", field_path).distinct()
+        self.lookup_choices = sorted({value for _, value in pairs})
+
+
 class TimeRangeFilter(admin.FieldListFilter):
     """From (inclusive) and to (exclusive) on a datetime column, in the viewer's zone.
 

@@ -70,7 +70,7 @@ def review_queue(request) -> dict | None:
         rows = rows.filter(failure_signature_id=chosen["signature"])
     if chosen["q"]:
         # An id prefix or a business key prefix, as the changelist's search reads it.
-        rows = rows.filter(Q(id__startswith=chosen["q"]) | Q(business_key__startswith=chosen["q"]))
+        rows = rows.filter(Q(id__istartswith=chosen["q"]) | Q(business_key__istartswith=chosen["q"]))
     breached, over_sla = _past_sla(rows, identity)
     oldest = list(
         rows.exclude(id__in=[i.id for i in breached])

@@ -5,16 +5,15 @@ import json
 
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
-from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseBadRequest, StreamingHttpResponse
 from django.urls import path
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
-from console.admins.base import ReadOnlyAdmin, scoped
+from console.admins.base import IndexedChangeList, ReadOnlyAdmin, scoped
 from console.audit import EXPORT_FORMATS, actor_names, export_lines, newest_first
-from console.filters import TimeRangeFilter
+from console.filters import NamespacedValuesFilter, TimeRangeFilter
 from console.links import instance_label, instance_name
 from console.templatetags.console import when
 from core import clock
@@ -51,7 +50,7 @@ def before_after_table(before, after):
     )
 
 
-class AuditChangeList(ChangeList):
+class AuditChangeList(IndexedChangeList):
     """The page's rows, each with who its actor is (one query for the page, not one per row)."""
 
     def get_results(self, request):
@@ -74,7 +73,7 @@ def instance_link(instance, detail: str = ""):
 class AuditAdmin(ReadOnlyAdmin):
     # Few and narrow, to read at 1 280 px beside the filters: ids and the request are on hover and on the row's page.
     list_display = ("created", "who", "action_taken", "instance", "short_reason", "evidence")
-    list_filter = ("action", ("created_at", TimeRangeFilter))
+    list_filter = (("action", NamespacedValuesFilter), ("created_at", TimeRangeFilter))
     # Reason and evidence ref by words they contain (a ticket such as OPS-42); the other columns exact; a login's
     # name finds its actor (see below).
     search_fields = ("=id", "=operation_id", "=actor_id", "=request_id", "reason", "evidence_ref")

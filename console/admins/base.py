@@ -3,6 +3,7 @@ admin with a paginator that never counts a whole big table, and the admin of a n
 
 from django import forms
 from django.contrib import admin
+from django.contrib.admin.views.main import ORDER_VAR, ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.utils.functional import cached_property
@@ -41,6 +42,41 @@ class CappedCountPaginator(Paginator):
         return self.object_list.order_by()[: self.CAP + 1].count()
 
 
+class IndexedChangeList(ChangeList):
+    """A page's rows read from their own table alone, its filters and order on that table's indexes; the rows
+    they show beside them read afterwards by primary key, one query each. Joined in, they let MariaDB drive the
+    page from the small table (a namespace's few definitions) and sort every instance of each: 6 s at 1M
+    instances on a cold pool, where the instances' own (namespace, updated_at) index reads 50 rows."""
+
+    def apply_select_related(self, qs):
+        if isinstance(self.list_select_related, list | tuple):
+            return qs.prefetch_related(*self.list_select_related)
+        return super().apply_select_related(qs)
+
+    def get_ordering(self, request, queryset):
+        # Only the columns an admin declares sortable (those an index serves in order) sort, even from a
+        # hand-made URL: another order sorts the whole range to show a page of it.
+        if self.sortable_by is not None and self.params.get(ORDER_VAR):
+            self.params[ORDER_VAR] = ".".join(p for p in self.params[ORDER_VAR].split(".") if self._sortable(p))
+        # Not the admin's ordering appended after the chosen one (Django keeps the queryset's): the chosen column
+        # and the primary key alone are what its index serves.
+        ordering = super().get_ordering(request, queryset.order_by())
+        # Django breaks ties by -pk whatever the order's direction: the same direction as the order lets one
+        # index (whose entries end with the primary key) serve both.
+        ascending = len(ordering) > 1 and isinstance(ordering[-2], str) and not ordering[-2].startswith("-")
+        if ascending and ordering[-1] == "-pk":
+            ordering[-1] = "pk"
+        return ordering
+
+    def _sortable(self, param: str) -> bool:
+        index = param.rpartition("-")[2]
+        return (
+            index.isdigit()
+            and int(index) < len(self.list_display)
+            and self.list_display[int(index)] in self.sortable_by
+        )
+
+
 def scoped(request, queryset):
     """What this admin user may see: its operator namespace and queues (a bare superuser sees all)."""
     user = request.user
@@ -58,6 +94,9 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         css = {"all": ["console/console.css"]}
         # The copy buttons beside ids (console.links.copy_button).
         js = ["console/copy.js"]
+
+    def get_changelist(self, request, **kwargs):
+        return IndexedChangeList
 
     def has_add_permission(self, request, obj=None):
         return False

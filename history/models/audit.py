@@ -33,6 +33,15 @@ class AuditRecord(models.Model):
         return f"{self.action} by {self.actor_id} at {self.created_at.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
 
 
+def audit_list_indexes(prefix: str) -> list[models.Index]:
+    """What an audit's list reads in order: a namespace's rows newest first, and those of one action (whose
+    index also lists the actions there are, one entry each, for the list's filter)."""
+    return [
+        models.Index(fields=["namespace", "created_at", "id"], name=f"{prefix}_created"),
+        models.Index(fields=["namespace", "action", "created_at", "id"], name=f"{prefix}_action"),
+    ]
+
+
 class SignalOperation(AuditRecord):
     """Signal resource audit. ``after`` is the acceptance snapshot and is never rewritten."""
 
@@ -43,7 +52,8 @@ class SignalOperation(AuditRecord):
         indexes = [
             models.Index(
                 fields=["namespace", "workflow", "signal", "created_at", "id"], name="signal_operation_history"
-            )
+            ),
+            *audit_list_indexes("signal_operation"),
         ]
 
 
@@ -56,7 +66,7 @@ class WorkflowOperation(AuditRecord):
     class Meta:
         indexes = [
             models.Index(fields=["namespace", "workflow", "created_at", "id"], name="workflow_operation_history"),
-            models.Index(fields=["action", "created_at"], name="workflow_operation_action"),
+            *audit_list_indexes("workflow_operation"),
         ]
 
 
@@ -64,7 +74,10 @@ class ExecutionAudit(AuditRecord):
     task = _ref("Task", db_index=False)
 
     class Meta:
-        indexes = [models.Index(fields=["namespace", "task", "created_at"], name="execution_audit_task")]
+        indexes = [
+            models.Index(fields=["namespace", "task", "created_at"], name="execution_audit_task"),
+            *audit_list_indexes("execution_audit"),
+        ]
 
 
 class IdempotencyReceipt(models.Model):

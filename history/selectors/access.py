@@ -151,6 +151,11 @@ def visible_definition_ids(identity: Identity) -> list[str]:
     return [pk for pk, queues in rows if identity.can_access_queues(queues)]
 
 
+def _own(model, prefix: str) -> str:
+    """Where a row's namespace is read: its own column when it has one, else along ``prefix``."""
+    return "" if any(field.name == "namespace" for field in model._meta.fields) else prefix
+
+
 def visible_rows(queryset: QuerySet, identity: Identity | None) -> QuerySet:
     """The rows of ``queryset`` the identity may see: its namespace, and what hangs off visible instances."""
     if identity is None:
@@ -159,17 +164,18 @@ def visible_rows(queryset: QuerySet, identity: Identity | None) -> QuerySet:
     if model in INSTANCE_PATH:
         path = INSTANCE_PATH[model]
         prefix = f"{path}__" if path else ""
-        queryset = queryset.filter(**{f"{prefix}namespace_id": identity.namespace_id})
         if identity.queues is None:
             # Every queue, so every definition of the namespace: no IN list of definitions to steer
-            # the planner off the index of a list's order.
-            return queryset
+            # the planner off the index of a list's order, and a row's own namespace (written with its
+            # instance's) where it has one: no join to the instances to read a list of audits.
+            return queryset.filter(**{f"{_own(model, prefix)}namespace_id": identity.namespace_id})
+        queryset = queryset.filter(**{f"{prefix}namespace_id": identity.namespace_id})
         return queryset.filter(**{f"{prefix}definition_id__in": visible_definition_ids(identity)})
     if model in TASK_PATH:
         prefix = f"{TASK_PATH[model]}__" if TASK_PATH[model] else ""
-        queryset = queryset.filter(**{f"{prefix}namespace_id": identity.namespace_id})
         if identity.queues is None:
-            return queryset
+            return queryset.filter(**{f"{_own(model, prefix)}namespace_id": identity.namespace_id})
+        queryset = queryset.filter(**{f"{prefix}namespace_id": identity.namespace_id})
         return queryset.filter(
             **{
                 f"{prefix}queue_id__in": visible_queue_ids(identity),

@@ -112,7 +112,10 @@ def _filtered(*, identity: Identity, query: InstanceQuery, definition_ids: list[
     if query.business_key is not None:
         rows = rows.filter(business_key=query.business_key)
     if query.business_key_prefix is not None:
-        rows = rows.filter(business_key__startswith=query.business_key_prefix)
+        # Case-insensitive first: its LIKE reads a range of (namespace, business_key) in the column's collation,
+        # where MariaDB's case-sensitive LIKE BINARY reads every instance; the second keeps the exact case.
+        prefix = query.business_key_prefix
+        rows = rows.filter(business_key__istartswith=prefix).filter(business_key__startswith=prefix)
     if query.paused is not None:
         rows = rows.filter(paused=query.paused)
     if query.stop_kind is not None:

@@ -112,7 +112,10 @@ def instance_page(
     executions: list[models.ExecutionAudit] = []
     if with_audit:
         operations = list(
-            models.WorkflowOperation.objects.filter(workflow_id=instance.id).order_by("-created_at", "-id")[:recent]
+            # The namespace leads the audit's (namespace, workflow, created_at, id) index.
+            models.WorkflowOperation.objects.filter(
+                namespace_id=instance.namespace_id, workflow_id=instance.id
+            ).order_by("-created_at", "-id")[:recent]
         )
         # Task reviews of this instance are the execution audits its workflow audit references.
         reviewed = [op.execution_audit_id for op in operations if op.execution_audit_id]

@@ -1,0 +1,198 @@
+"""On MariaDB, every query behind the console's pages and the instance query reads a bounded number of rows,
+whatever the size of the tables: each read through ANALYZE (the server's own count of the rows it examined),
+over a namespace of thousands of instances, tasks and audits of which a few dozen are in review. A page whose
+plan turns into a scan, a join driven from the wrong table or a sort of a whole range examines the thousands
+and fails here, on a small database, before it costs seconds at a million."""
+
+import datetime as dt
+import json
+from urllib.parse import urlencode
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from rest_framework.test import APIClient
+
+from console.admins.base import CappedCountPaginator
+from core.ids import new_id
+from history.models import (
+    InstanceState,
+    Operator,
+    ReviewCause,
+    Scope,
+    Task,
+    TaskState,
+    WorkflowInstance,
+    WorkflowOperation,
+)
+from testkit import states
+from tests.conftest import bearer
+
+pytestmark = [
+    # ANALYZE TABLE commits: each test starts from emptied tables instead of a rolled-back transaction.
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(connection.vendor != "mysql", reason="query plans are MariaDB's"),
+]
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+ROWS = 3000  # of each padded table: far more than any page reads
+IN_REVIEW = 30  # the review backlog among them: what the queue's counts may read
+CAP = 100  # the changelists' capped count, lowered so that counting to it stays far below ROWS
+ACTIONS = ("workflow.pause", "workflow.resume", "workflow.cancel", "workflow.retry_step", "workflow.continue")
+# Rows one query may examine: a page of 50 and the rows it names, the capped count, the review backlog.
+BOUND = 400
+
+
+@pytest.fixture
+def fleet(tenancy, issue_token):
+    """A namespace of ROWS instances (IN_REVIEW of them in review), tasks and workflow audits beside two real
+    instances in review, analysed; an operator's login and a reader's token."""
+    namespace, application, queues = tenancy
+    failed = states.task_failed_state(tenancy)
+    unknown = states.task_unknown_state(tenancy)
+    definitions = [failed.definition.id, unknown.definition.id]
+    instances = [new_id() for _ in range(ROWS)]
+    WorkflowInstance.objects.bulk_create(
+        WorkflowInstance(
+            id=instance_id,
+            namespace_id=namespace.id,
+            definition_id=definitions[n % 2],
+            business_key=f"order-{n:05}",
+            input="{}",
+            state=InstanceState.NEEDS_REVIEW if n < IN_REVIEW else InstanceState.SUCCEEDED,
+            review_cause=ReviewCause.TASK_FAILED_BUDGET_LEFT if n < IN_REVIEW else "",
+            review_since=T0 if n < IN_REVIEW else None,
+            paused=n % 50 == 0,
+            created_at=T0 + dt.timedelta(seconds=n),
+            updated_at=T0 + dt.timedelta(seconds=n),
+        )
+        for n, instance_id in enumerate(instances)
+    )
+    Task.objects.bulk_create(
+        Task(
+            namespace_id=namespace.id,
+            application_id=application.id,
+            queue_id=queues[0].id,
+            handler="charge_card",
+            input="{}",
+            state=TaskState.SUCCEEDED,
+            max_attempts=1,
+            attempt_count=1,
+            source_instance_id=instance_id,
+            source_activation_id=new_id(),
+            created_at=T0 + dt.timedelta(seconds=n),
+            updated_at=T0 + dt.timedelta(seconds=n),
+        )
+        for n, instance_id in enumerate(instances)
+    )
+    WorkflowOperation.objects.bulk_create(
+        WorkflowOperation(
+            namespace_id=namespace.id,
+            workflow_id=instance_id,
+            actor_id="a" * 32,
+            action=ACTIONS[n % len(ACTIONS)],
+            reason=f"maintenance {n}",
+            evidence_ref=f"OPS-{n}",
+            created_at=T0 + dt.timedelta(seconds=n),
+        )
+        for n, instance_id in enumerate(instances)
+    )
+    with connection.cursor() as cursor:
+        for model in (WorkflowInstance, Task, WorkflowOperation):  # statistics as the server keeps them
+            cursor.execute(f"ANALYZE TABLE {model._meta.db_table}")
+            cursor.fetchall()
+    user = User.objects.create_user("olga", password="pw", is_staff=True, is_superuser=True)
+    Operator.objects.create(user=user, namespace=namespace, actor_id="o" * 32, queue_access="*")
+    client = Client()
+    client.force_login(user)
+    token = issue_token(scopes=[Scope.READ, Scope.AUDIT_READ]).token
+    return client, token, failed
+
+
+def _examined(node) -> float:
+    """The rows a plan's tables examined, summed over every table it read and every time it read it."""
+    if isinstance(node, dict):
+        own = 0.0
+        if "table_name" in node and "r_rows" in node:
+            own = (node.get("r_rows") or 0) * (node.get("r_loops") or 0)
+        return own + sum(_examined(value) for value in node.values())
+    if isinstance(node, list):
+        return sum(_examined(value) for value in node)
+    return 0.0
+
+
+def _heaviest(get) -> list[tuple[float, str]]:
+    """Each SELECT a request ran, with the rows it examined, the most first."""
+    with CaptureQueriesContext(connection) as queries:
+        answer = get()
+    assert answer.status_code == 200, answer.content[:500]
+    found = []
+    with connection.cursor() as cursor:
+        for query in queries.captured_queries:
+            sql = query["sql"]
+            if not sql.lstrip().upper().startswith("SELECT"):
+                continue
+            cursor.execute("ANALYZE FORMAT=JSON " + sql)
+            found.append((_examined(json.loads(cursor.fetchone()[0])), sql))
+    return sorted(found, key=lambda item: -item[0])
+
+
+def _pages(failed) -> dict[str, str]:
+    instance = failed.instance.id
+    since = urlencode({"since": str(T0 + dt.timedelta(days=1))})[len("since=") :]  # as the filter's own links
+    changelist = "/admin/history/workflowinstance/"
+    return {
+        "home": "/admin/",
+        "instances": changelist,
+        "instances in review": f"{changelist}?state__exact=NEEDS_REVIEW",
+        "instances by cause": f"{changelist}?review_cause__exact=task_failed_budget_left",
+        "instances paused": f"{changelist}?paused__exact=1",
+        "instances by stop": f"{changelist}?stop_kind__exact=CANCEL",
+        "instances updated since": f"{changelist}?updated_at__gte={since}",
+        "instances created since": f"{changelist}?created_at__gte={since}",
+        "instances searched": f"{changelist}?q=order-0001",
+        "instances by definition (not sortable)": f"{changelist}?o=1",
+        "instances by cause (not sortable)": f"{changelist}?o=4",
+        "instances by review age": f"{changelist}?o=5",
+        "instances by review age, newest": f"{changelist}?o=-5",
+        "instances oldest updated": f"{changelist}?o=6",
+        "instances by a column there is not": f"{changelist}?o=9.x",
+        "instance page": f"{changelist}{instance}/change/",
+        "tasks": "/admin/history/task/",
+        "workflow audit": "/admin/history/workflowoperation/",
+        "workflow audit by action": "/admin/history/workflowoperation/?action=workflow.resume",
+        "signal audit": "/admin/history/signaloperation/",
+        "execution audit": "/admin/history/executionaudit/",
+    }
+
+
+def test_every_console_page_reads_a_bounded_number_of_rows(fleet, monkeypatch):
+    client, token, failed = fleet
+    monkeypatch.setattr(CappedCountPaginator, "CAP", CAP)
+    report = {}
+    for name, url in _pages(failed).items():
+        heaviest = _heaviest(lambda url=url: client.get(url))
+        report[name] = heaviest[0] if heaviest else (0, "")
+    over = {name: f"{rows:.0f} rows: {sql[:600]}" for name, (rows, sql) in report.items() if rows > BOUND}
+    assert not over, "\n\n".join(f"{name}: {text}" for name, text in over.items())
+
+
+def test_the_instance_query_and_the_timeline_read_a_bounded_number_of_rows(fleet):
+    client, token, failed = fleet
+    api = APIClient()
+    api.credentials(**bearer(token))
+    instance = failed.instance.id
+    over = {}
+    for url in (
+        "/v1/workflows",
+        "/v1/workflows?state=NEEDS_REVIEW",
+        "/v1/workflows?business_key_prefix=order-0001",
+        f"/v1/workflows/{instance}/events",
+        f"/v1/workflows/{instance}/operations",
+    ):
+        rows, sql = _heaviest(lambda url=url: api.get(url))[0]
+        if rows > BOUND:
+            over[url] = f"{rows:.0f} rows: {sql[:600]}"
+    assert not over, "\n\n".join(f"{url}: {text}" for url, text in over.items())
