@@ -1,16 +1,24 @@
-"""Admin: changelists and an instance page at full size, ours vs the same ModelAdmin with Django's defaults.
+"""Admin: the console's pages at full size, ours vs the same ModelAdmin with Django's defaults.
 
     WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench python -m bench admin_pages [--reps 10]
+    python -m bench admin_pages --private 1.0 [--reps 10]
 
-Needs the history of bench/seed.py. The default variant is the same ModelAdmin served by a
-second admin site with Django's paginator and full result counts (bench/urls.py). Both are
-measured in one run, interleaved, in-process through the test client; prints p50/p95 in
-milliseconds, SQL queries per page and ours/default.
+Needs the history of bench/seed.py (its instances and activations parts). The default variant is the same
+ModelAdmin served by a second admin site with Django's paginator, full result counts and change list
+(bench/default_admin.py). Both are measured in one run, interleaved, in-process through the test client;
+prints p50/p95 in milliseconds, SQL queries per page and ours/default.
+
+With ``--private SCALE`` the bench runs on a MariaDB server of its own (bench/private_server.py: the server's
+defaults, a 128 MiB pool), seeded at SCALE the first time, and restarts it before each page: the page's first
+request reads from a cold pool (the system's file cache stays as it is) and is printed as ``cold``.
 """
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 
 from django.contrib.auth.models import User
@@ -18,16 +26,28 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from bench.database import seed_summary_path
-from bench.serving import percentile
+from bench.database import database_ready, seed_summary_path
+from bench.private_server import PrivateServer
+from bench.serving import ROOT, percentile
 from history.models import Namespace, Operator
 
 
-def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=10)
-    args = parser.parse_args(argv)
-    seed = json.loads(seed_summary_path().read_text())
+def _pages(seed: dict) -> dict[str, str]:
+    instance = seed["activations"]["instance_id"]
+    instances = "history/workflowinstance/"
+    return {
+        "home (review queue)": "",
+        "instance changelist": instances,
+        "instances in review": f"{instances}?state__exact=NEEDS_REVIEW",
+        "instances by review age": f"{instances}?o=5",
+        "instances searched": f"{instances}?q=order-1234",
+        "task changelist": "history/task/",
+        "workflow audit": "history/workflowoperation/",
+        "instance page": f"{instances}{instance}/change/",
+    }
+
+
+def _logged_in(seed: dict) -> Client:
     namespace = Namespace.objects.get(name=seed["namespace"])
     user, _ = User.objects.get_or_create(username="bench-admin", defaults={"is_staff": True, "is_superuser": True})
     Operator.objects.update_or_create(
@@ -35,28 +55,66 @@ def main(argv: list[str]) -> None:
     )
     client = Client()
     client.force_login(user)
-    instance = seed["activations"]["instance_id"]
-    pages = {
-        "instance changelist": "history/workflowinstance/",
-        "task changelist": "history/task/",
-        "instance page": f"history/workflowinstance/{instance}/change/",
-    }
-    print(f"{'page':<22} {'variant':<8} {'queries':>7} {'p50 ms':>9} {'p95 ms':>9}")
-    for name, path in pages.items():
+    return client
+
+
+def _timed(client: Client, url: str) -> float:
+    started = time.perf_counter()
+    response = client.get(url)
+    elapsed = (time.perf_counter() - started) * 1000
+    assert response.status_code == 200, (url, response.status_code)
+    return elapsed
+
+
+def _private(scale: float) -> PrivateServer:
+    """The bench's own server, its database seeded at ``scale`` once."""
+    server = PrivateServer(f"admin-{scale:g}")
+    server.start()
+    url = server.use(f"weave_admin_{str(scale).replace('.', '_')}")
+    database_ready()
+    if not seed_summary_path().exists():
+        seed = [sys.executable, "-m", "bench", "seed", "--scale", str(scale), "--parts", "instances,activations"]
+        subprocess.run(seed, cwd=ROOT, check=True, env={**os.environ, "WEAVE_DATABASE_URL": url})
+    return server
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--private", type=float, metavar="SCALE", help="on the bench's own server, cold then warm")
+    args = parser.parse_args(argv)
+    server = _private(args.private) if args.private else None
+    try:
+        _measure(args, server)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _measure(args, server: PrivateServer | None) -> None:
+    seed = json.loads(seed_summary_path().read_text())
+    client = _logged_in(seed)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT @@innodb_buffer_pool_size")
+        pool = cursor.fetchone()[0] // 2**20
+    print(f"{seed['sizes']} on a {pool} MiB buffer pool" + (", the server restarted before each page" * bool(server)))
+    print(f"{'page':<24} {'variant':<8} {'queries':>7} {'cold ms':>9} {'p50 ms':>9} {'p95 ms':>9}")
+    for name, path in _pages(seed).items():
         variants = {"ours": f"/admin/{path}", "default": f"/bench-default-admin/{path}"}
-        counts, timings = {}, {label: [] for label in variants}
+        counts, cold, timings = {}, {}, {label: [] for label in variants}
         for label, url in variants.items():
+            if server is not None:
+                server.restart()
+            cold[label] = _timed(client, url)
             with CaptureQueriesContext(connection) as queries:
-                response = client.get(url)
-            assert response.status_code == 200, (url, response.status_code)
+                client.get(url)
             counts[label] = len(queries)
         for _ in range(args.reps):
             for label, url in variants.items():
-                started = time.perf_counter()
-                client.get(url)
-                timings[label].append((time.perf_counter() - started) * 1000)
+                timings[label].append(_timed(client, url))
         for label, values in timings.items():
             p50, p95 = statistics.median(values), percentile(values, 0.95)
-            print(f"{name:<22} {label:<8} {counts[label]:>7} {p50:>9.1f} {p95:>9.1f}")
+            first = f"{cold[label]:>9.1f}" if server is not None else f"{'-':>9}"
+            print(f"{name:<24} {label:<8} {counts[label]:>7} {first} {p50:>9.1f} {p95:>9.1f}")
         ratio = statistics.median(timings["ours"]) / statistics.median(timings["default"])
-        print(f"{name:<22} ours/default {ratio:.2f}")
+        print(f"{name:<24} ours/default {ratio:.2f}")

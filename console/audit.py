@@ -4,6 +4,8 @@ import csv
 import json
 from collections.abc import Iterable, Iterator
 
+from django.core.exceptions import EmptyResultSet
+from django.db import connection
 from django.db.models import Q
 
 from history.models import Credential, Operator
@@ -32,20 +34,42 @@ def actor_names(rows: Iterable) -> dict[tuple[str, str], str]:
     return names
 
 
-def newest_first(queryset) -> Iterator:
-    """Every row of ``queryset``, newest first, in keyset batches of (created_at, id): memory stays bounded by
-    the batch however many rows match (MySQL clients read a whole result set at once)."""
+def newest_first(queryset, *, related: Iterable[str] = ()) -> Iterator:
+    """Every row of ``queryset``, newest first, in keyset batches of (created_at, id), with the ``related`` rows
+    they name: memory stays bounded by the batch however many rows match (MySQL clients read a whole result set
+    at once)."""
     queryset = queryset.order_by("-created_at", "-id")
     last = None
     while True:
         page = queryset
         if last is not None:
-            page = queryset.filter(Q(created_at__lt=last[0]) | Q(created_at=last[0], id__lt=last[1]))
-        rows = list(page[:EXPORT_BATCH])
+            page = queryset.filter(Q(created_at__lte=last[0]) & (Q(created_at__lt=last[0]) | Q(id__lt=last[1])))
+        rows = _batch(page, related)
         yield from rows
         if len(rows) < EXPORT_BATCH:
             return
         last = (rows[-1].created_at, rows[-1].id)
+
+
+def _batch(page, related: Iterable[str]) -> list:
+    """The first EXPORT_BATCH rows of ``page``. On MariaDB their ids are read through the table's (namespace,
+    created_at, id) index by name first: left to choose, it reads that index from the namespace's newest entry
+    (a ref, not the range the key bounds), so each batch walked every row the batches before it had read."""
+    index = next((i.name for i in page.model._meta.indexes if i.fields == ["namespace", "created_at", "id"]), None)
+    if connection.vendor != "mysql" or index is None:
+        return list(page.prefetch_related(*related)[:EXPORT_BATCH])
+    try:
+        sql, params = page.values_list("pk", flat=True)[:EXPORT_BATCH].query.sql_with_params()
+    except EmptyResultSet:  # a filter that can match nothing (no queue of the list's is the reader's)
+        return []
+    table = connection.ops.quote_name(page.model._meta.db_table)
+    sql = sql.replace(f"FROM {table}", f"FROM {table} FORCE INDEX ({connection.ops.quote_name(index)})", 1)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        ids = [row[0] for row in cursor.fetchall()]
+    # Then the rows by primary key alone (with the list's filters, MariaDB may take the same ref again).
+    rows = page.model.objects.prefetch_related(*related).in_bulk(ids)
+    return [rows[pk] for pk in ids if pk in rows]
 
 
 class _Line:

@@ -155,7 +155,7 @@ class AuditAdmin(ReadOnlyAdmin):
             changelist = self.get_changelist_instance(request)
         except IncorrectLookupParameters:
             return HttpResponseBadRequest("a filter of this list is not valid; open the list to see which")
-        rows = newest_first(changelist.get_queryset(request))
+        rows = newest_first(changelist.get_queryset(request), related=self.get_list_select_related(request))
         names: dict = {}
 
         def record(row) -> dict:
