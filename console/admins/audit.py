@@ -161,7 +161,8 @@ class AuditAdmin(ReadOnlyAdmin):
         def record(row) -> dict:
             key = (row.namespace_id, row.actor_id)
             if key not in names:
-                names.update(actor_names([row]))
+                # Remembered when nobody is known by it too: an unnamed actor is looked up once, not per row.
+                names[key] = actor_names([row]).get(key, "")
             return {
                 "id": row.id,
                 "created_at": row.created_at.astimezone(dt.UTC).isoformat(),
