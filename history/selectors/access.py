@@ -152,8 +152,12 @@ def visible_definition_ids(identity: Identity) -> list[str]:
 
 
 def _own(model, prefix: str) -> str:
-    """Where a row's namespace is read: its own column when it has one, else along ``prefix``."""
-    return "" if any(field.name == "namespace" for field in model._meta.fields) else prefix
+    """Where a row's namespace is read: its own column when it has one and always names its instance (or task),
+    else along ``prefix`` (a row naming none, such as a receipt of a command on no workflow, stays unseen)."""
+    if not prefix:
+        return ""
+    own = any(field.name == "namespace" for field in model._meta.fields)
+    return "" if own and not model._meta.get_field(prefix.removesuffix("__")).null else prefix
 
 
 def visible_rows(queryset: QuerySet, identity: Identity | None) -> QuerySet:
