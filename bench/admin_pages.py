@@ -21,15 +21,14 @@ import subprocess
 import sys
 import time
 
-from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from bench.database import database_ready, seed_summary_path
 from bench.private_server import PrivateServer
-from bench.serving import ROOT, percentile
-from history.models import Namespace, Operator
+from bench.serving import ROOT, admin_client, percentile
+from history.models import Namespace
 
 
 def _pages(seed: dict) -> dict[str, str]:
@@ -45,17 +44,6 @@ def _pages(seed: dict) -> dict[str, str]:
         "workflow audit": "history/workflowoperation/",
         "instance page": f"{instances}{instance}/change/",
     }
-
-
-def _logged_in(seed: dict) -> Client:
-    namespace = Namespace.objects.get(name=seed["namespace"])
-    user, _ = User.objects.get_or_create(username="bench-admin", defaults={"is_staff": True, "is_superuser": True})
-    Operator.objects.update_or_create(
-        user=user, defaults={"namespace": namespace, "actor_id": "e" * 32, "queue_access": "*"}
-    )
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def _timed(client: Client, url: str) -> float:
@@ -93,7 +81,7 @@ def main(argv: list[str]) -> None:
 
 def _measure(args, server: PrivateServer | None) -> None:
     seed = json.loads(seed_summary_path().read_text())
-    client = _logged_in(seed)
+    client = admin_client(Namespace.objects.get(name=seed["namespace"]))
     with connection.cursor() as cursor:
         cursor.execute("SELECT @@innodb_buffer_pool_size")
         pool = cursor.fetchone()[0] // 2**20

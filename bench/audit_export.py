@@ -20,15 +20,13 @@ import subprocess
 import sys
 import time
 
-from django.contrib.auth.models import User
 from django.db import connection
-from django.test import Client
 
 from bench.database import database_switch
 from bench.seed import seed_instances, tenants_ensure
-from bench.serving import ROOT
+from bench.serving import ROOT, admin_client, rss_mib
 from console import audit
-from history.models import Namespace, Operator, WorkflowInstance, WorkflowOperation
+from history.models import Namespace, WorkflowInstance, WorkflowOperation
 
 DATABASE = "weave_bench_export"
 TARGET_MIB = 50
@@ -64,20 +62,9 @@ def fill(rows: int) -> None:
         cursor.fetchall()
 
 
-def rss_mib() -> float:
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
-
-
 def export(kind: str, limit: int) -> dict:
     """One export in this process: ``ours`` through the admin's streamed view, ``naive`` every row loaded first."""
-    user, _ = User.objects.get_or_create(username="bench-export", defaults={"is_staff": True, "is_superuser": True})
-    Operator.objects.update_or_create(
-        user=user,
-        defaults={"namespace": Namespace.objects.get(name="bench"), "actor_id": "e" * 32, "queue_access": "*"},
-    )
-    client = Client()
-    client.force_login(user)
+    client = admin_client(Namespace.objects.get(name="bench"), "bench-export")
     before, written = rss_mib(), 0
     started = time.perf_counter()
     if kind == "ours":

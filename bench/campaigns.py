@@ -24,6 +24,7 @@ from pathlib import Path
 from django.db import connection
 
 from bench.database import database_switch
+from bench.serving import rss_mib
 from core.identity import Identity
 from core.ids import new_id
 from history.models import (
@@ -66,13 +67,6 @@ def _operator(namespace_id: str) -> Identity:
     )
 
 
-def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def run(items: int, runners: int) -> None:
     database_switch("weave_bench_campaign_run")
     # A namespace of its own each run: the engine driver's idempotency keys start again in every process.
@@ -101,7 +95,7 @@ def run(items: int, runners: int) -> None:
         while Campaign.objects.get(pk=campaign.pk).state == CampaignState.RUNNING or quarters:
             done = CampaignItem.objects.filter(campaign=campaign).exclude(outcome=ItemOutcome.PENDING).count()
             while quarters and done >= quarters[0]:
-                rss.append([round(_rss_mib(p.pid), 1) for p in processes])
+                rss.append([round(rss_mib(p.pid), 1) for p in processes])
                 quarters.pop(0)
             time.sleep(0.2)
         ledger = time.monotonic() - began

@@ -1,4 +1,5 @@
-"""What the HTTP benchmarks share: the product under gunicorn on 127.0.0.1, and percentiles."""
+"""What the benchmarks share: the product under gunicorn on 127.0.0.1, an admin login for the in-process client,
+percentiles and a process's resident memory."""
 
 import os
 import socket
@@ -10,6 +11,29 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def admin_client(namespace, username: str = "bench-admin"):
+    """A test client logged in as a superuser operating ``namespace`` on every queue."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from history.models import Operator
+
+    user, _ = User.objects.get_or_create(username=username, defaults={"is_staff": True, "is_superuser": True})
+    Operator.objects.update_or_create(
+        user=user, defaults={"namespace": namespace, "actor_id": "e" * 32, "queue_access": "*"}
+    )
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def rss_mib(pid: int | str = "self") -> float:
+    """A process's resident memory now, in MiB (0 once it is gone)."""
+    path = Path(f"/proc/{pid}/status")
+    lines = path.read_text().splitlines() if path.exists() else []
+    return next((int(line.split()[1]) / 1024 for line in lines if line.startswith("VmRSS:")), 0.0)
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -24,18 +24,16 @@ import time
 
 import MySQLdb
 from django.conf import settings
-from django.contrib.auth.models import User
 from django.core.signals import request_started
 from django.db import connection, reset_queries
-from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from bench.database import database_ready
-from bench.serving import percentile
+from bench.serving import admin_client, percentile
 from engine.budget import task_step_budget
 from engine.check import invariants_check
 from history.credentials import credential_issue, identity_of_credential
-from history.models import Activation, Operator, Scope, Step, Task
+from history.models import Activation, Scope, Step, Task
 from history.tenancy import namespace_ensure
 from recovery.eligibility import instance_eligibility, operation_preview
 from testkit import requests as rq
@@ -101,14 +99,9 @@ def main(argv: list[str]) -> None:
     print(f"built 1 and {args.size} activations in {time.monotonic() - started:.0f} s")
     drift = [v for v in invariants_check() if v.code == "step_counter_drift"]
     print(f"weave_check step_counter_drift: {len(drift)} violations")
-    user, _ = User.objects.get_or_create(username="bench-admin", defaults={"is_staff": True, "is_superuser": True})
-    Operator.objects.update_or_create(
-        user=user, defaults={"namespace": tenancy[0], "actor_id": "e" * 32, "queue_access": "*"}
-    )
     # A request empties the query log when it starts: keep it, so the page's queries are counted too.
     request_started.disconnect(reset_queries)
-    client = Client()
-    client.force_login(user)
+    client = admin_client(tenancy[0])
 
     def retry_check(state):
         return lambda: operation_preview(

@@ -2,7 +2,6 @@
 behind it: the rows it examines (ANALYZE, the server's own count) stay within its limit and nothing is sorted."""
 
 import datetime as dt
-import json
 
 import pytest
 from django.db import connection
@@ -23,6 +22,7 @@ from history.models import (
     WaitState,
     WorkflowInstance,
 )
+from tests.plans import analysed
 
 pytestmark = [
     # ANALYZE TABLE commits: each test starts from emptied tables instead of a rolled-back transaction.
@@ -107,26 +107,6 @@ def backlog(tenancy):
     return namespace
 
 
-def _analysed(queryset) -> tuple[list[dict], str]:
-    """The tables MariaDB read for ``queryset`` when it ran it (ANALYZE FORMAT=JSON), and the whole report."""
-    sql, params = queryset.query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(f"ANALYZE FORMAT=JSON {sql}", params)
-        report = cursor.fetchone()[0]
-
-    def tables(node):
-        if isinstance(node, dict):
-            if "table_name" in node:
-                yield node
-            for value in node.values():
-                yield from tables(value)
-        elif isinstance(node, list):
-            for value in node:
-                yield from tables(value)
-
-    return list(tables(json.loads(report))), report
-
-
 def test_each_reason_reads_the_start_of_one_index_range_however_long_the_backlog(backlog):
     # One backlog for every reason: building it is most of the test's time.
     reads = {
@@ -139,7 +119,7 @@ def test_each_reason_reads_the_start_of_one_index_range_however_long_the_backlog
     }
     for index, queryset in reads.items():
         assert len(list(queryset)) == LIMIT, index  # the backlog is longer than one read
-        (table,), report = _analysed(queryset)
+        (table,), report = analysed(*queryset.query.sql_with_params())
         assert table["key"] == index, report
         # The rows the server examined: the limit's worth.
         assert table["r_rows"] <= LIMIT, report

@@ -1,0 +1,25 @@
+"""What the plan tests read from MariaDB's own account of a query it ran (ANALYZE FORMAT=JSON)."""
+
+import json
+
+from django.db import connection
+
+
+def analysed(sql: str, params=None) -> tuple[list[dict], str]:
+    """Run ``sql`` under ANALYZE: every table it read (each node naming one, however deeply nested), and the report.
+    Without ``params`` the SQL runs as it is (a captured query, its values in place)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE FORMAT=JSON {sql}", params)
+        report = cursor.fetchone()[0]
+
+    def tables(node):
+        if isinstance(node, dict):
+            if "table_name" in node:
+                yield node
+            for value in node.values():
+                yield from tables(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from tables(value)
+
+    return list(tables(json.loads(report))), report
