@@ -25,7 +25,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from bench.database import database_ready, seed_summary_path
+from bench.database import buffer_pool_mib, database_ready, seed_summary_path
 from bench.private_server import PrivateServer
 from bench.serving import ROOT, admin_client, percentile
 from history.models import Namespace
@@ -82,9 +82,7 @@ def main(argv: list[str]) -> None:
 def _measure(args, server: PrivateServer | None) -> None:
     seed = json.loads(seed_summary_path().read_text())
     client = admin_client(Namespace.objects.get(name=seed["namespace"]))
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT @@innodb_buffer_pool_size")
-        pool = cursor.fetchone()[0] // 2**20
+    pool = buffer_pool_mib()
     print(f"{seed['sizes']} on a {pool} MiB buffer pool" + (", the server restarted before each page" * bool(server)))
     print(f"{'page':<24} {'variant':<8} {'queries':>7} {'cold ms':>9} {'p50 ms':>9} {'p95 ms':>9}")
     for name, path in _pages(seed).items():

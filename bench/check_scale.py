@@ -20,7 +20,7 @@ import time
 
 from django.db import connection
 
-from bench.database import database_switch
+from bench.database import buffer_pool_mib, database_switch
 from bench.seed import seed_instances, tenants_ensure
 from engine import check
 from history.models import WorkflowInstance
@@ -69,10 +69,8 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     scales = sorted(int(s) for s in args.scales.split(","))
     database_switch(f"weave_bench_check_{scales[0]}")
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT @@innodb_buffer_pool_size")
-        pool = cursor.fetchone()[0]
-    print(f"innodb_buffer_pool_size {pool / 2**20:.0f} MiB (the server's, unchanged)")
+    pool = buffer_pool_mib()
+    print(f"innodb_buffer_pool_size {pool} MiB (the server's, unchanged)")
     print(
         f"{'instances':>10} {'seed s':>8} {'check s':>8} {'µs/inst':>8} {'ratio':>6} {'target':>6} {'pages read':>11}"
     )

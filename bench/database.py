@@ -40,3 +40,10 @@ def database_switch(name: str) -> None:
 def seed_summary_path() -> Path:
     """Where bench/seed.py records what it seeded in this database (one file per database)."""
     return Path(__file__).resolve().parents[1] / "var" / f"bench-seed-{settings.DATABASES['default']['NAME']}.json"
+
+
+def buffer_pool_mib() -> int:
+    """The server's InnoDB buffer pool in MiB: its owner's setting, which a bench reports and never changes."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT @@innodb_buffer_pool_size")
+        return cursor.fetchone()[0] // 2**20

@@ -19,9 +19,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from bench.database import seed_summary_path
-from bench.serving import free_port, percentile, serve
-from history.credentials import credential_issue
-from history.models import Namespace, Scope
+from bench.serving import free_port, percentile, reader_token, serve
+from history.models import Namespace
 
 PORT = free_port()
 BASE = f"http://127.0.0.1:{PORT}"
@@ -54,14 +53,7 @@ def main(argv: list[str]) -> None:
         parser.error("--deep: at least 100 (the deep cursor is reached in pages of 100)")
     seed = json.loads(seed_summary_path().read_text())
     namespace = Namespace.objects.get(name=seed["namespace"])
-    token = credential_issue(
-        namespace_id=namespace.id,
-        application_id=None,
-        actor_id="e" * 32,
-        label="bench",
-        scopes=[Scope.READ, Scope.AUDIT_READ],
-        queue_access="*",
-    ).token
+    token = reader_token(namespace)
     headers = {"Authorization": f"Bearer {token}"}
     w_signals = seed["signals"]
     w_act, w_poll = seed["activations"], seed["rounds"]

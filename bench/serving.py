@@ -29,6 +29,15 @@ def admin_client(namespace, username: str = "bench-admin"):
     return client
 
 
+def reader_token(namespace) -> str:
+    """A bearer token reading the history and the audit of ``namespace`` on every queue."""
+    from history.credentials import credential_issue
+    from history.models import Scope
+
+    reads = {"scopes": [Scope.READ, Scope.AUDIT_READ], "queue_access": "*", "label": "bench"}
+    return credential_issue(namespace_id=namespace.id, application_id=None, actor_id="e" * 32, **reads).token
+
+
 def rss_mib(pid: int | str = "self") -> float:
     """A process's resident memory now, in MiB (0 once it is gone)."""
     path = Path(f"/proc/{pid}/status")
@@ -48,15 +57,16 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def serve(port: int, *, timeout: int = 30) -> subprocess.Popen:
-    """One gunicorn sync worker of bench.settings on ``port``, with this process's environment."""
+def serve(port: int, *, timeout: int = 30, app: str = "bench.wsgi:application") -> subprocess.Popen:
+    """One gunicorn sync worker of ``app`` (by default the product under bench.settings) on ``port``, with this
+    process's environment."""
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings"}
     gunicorn = Path(sys.executable).with_name("gunicorn")
-    command = [str(gunicorn), "bench.wsgi:application", "-b", f"127.0.0.1:{port}", "-w", "1"]
+    command = [str(gunicorn), app, "-b", f"127.0.0.1:{port}", "-w", "1"]
     process = subprocess.Popen([*command, "--timeout", str(timeout), "--log-level", "warning"], cwd=ROOT, env=env)
     for _ in range(100):
         try:
-            httpx.get(f"http://127.0.0.1:{port}/v1/credentials/self", timeout=1)
+            httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
             return process
         except httpx.HTTPError:
             time.sleep(0.1)

@@ -28,7 +28,7 @@ from django.core.signals import request_started
 from django.db import connection, reset_queries
 from django.test.utils import CaptureQueriesContext
 
-from bench.database import database_ready
+from bench.database import buffer_pool_mib, database_ready
 from bench.serving import admin_client, percentile
 from engine.budget import task_step_budget
 from engine.check import invariants_check
@@ -126,10 +126,8 @@ def main(argv: list[str]) -> None:
         preview = calls["retry check"](state)()  # refusals raise
         assert preview["attempt_budget"]["used"] == len(state.tasks), (label, preview)
         assert calls["instance page"](state)().status_code == 200
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT @@innodb_buffer_pool_size")
-        pool = cursor.fetchone()[0]
-    print(f"innodb_buffer_pool_size {pool / 2**20:.0f} MiB; long = {args.size} activations, short = 1")
+    pool = buffer_pool_mib()
+    print(f"innodb_buffer_pool_size {pool} MiB; long = {args.size} activations, short = 1")
     print(f"{'call':<14} {'history':<6} {'queries':>7} {'p50 ms':>8} {'p95 ms':>8}")
     for name, make in calls.items():
         timings, counts = {}, {}

@@ -23,7 +23,7 @@ import time
 from django.db import connection
 
 from bench.check_scale import pages_read
-from bench.database import database_switch
+from bench.database import buffer_pool_mib, database_switch
 from core import clock
 from core.ids import new_id
 from engine.watchdog import pass_watchdog
@@ -172,10 +172,8 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     scales = sorted(int(s) for s in args.scales.split(","))
     database_switch(f"weave_bench_watchdog_{scales[0]}")
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT @@innodb_buffer_pool_size")
-        pool = cursor.fetchone()[0]
-    print(f"innodb_buffer_pool_size {pool / 2**20:.0f} MiB (the server's, unchanged)")
+    pool = buffer_pool_mib()
+    print(f"innodb_buffer_pool_size {pool} MiB (the server's, unchanged)")
     print(
         f"{'instances':>10} {'seed s':>8} {'first s':>8} {'marks':>6} {'steady s':>9} {'vs first':>8}"
         f" {'target s':>9} {'pages read':>11}"

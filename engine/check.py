@@ -685,6 +685,25 @@ CHECKS = (
 )
 
 
+# The tables each check reads, for an estimate of how far a run has come (engine/check_run.py).
+READS = {
+    _ownership: (Step, WorkflowInstance, Activation, PollRound, Task),
+    _sequences: (Activation, ResultEvent),
+    _late_evidence: (ResultEvent,),
+    _current_is_latest: (Step, Activation),
+    _waits: (Wait, Activation, Signal),
+    _untaken_signals: (Signal, Wait),
+    _retry_chain: (Task,),
+    _quota: (Task,),
+    _attempts: (Task, Attempt),
+    _revisions_and_gates: (WorkflowInstance, Gate, Step, Activation, Task, Signal),
+    _review_causes: (WorkflowInstance, Step),
+    _inbox: (ResultEvent, InboxRecord, Signal),
+    _timeline: (InstanceEvent, WorkflowInstance, Step, Activation, Task, Attempt, Wait, Signal, InboxRecord),
+    _step_counters: (Step, Activation, Task),
+}
+
+
 def invariants_stream() -> Iterator[Violation]:
     """Every violation of the engine's invariants, with the ids involved, as each check finds it."""
     for check in CHECKS:

@@ -203,13 +203,32 @@ def _read_keys(scans: list[QuerySet], *, order: str, count: int) -> list[tuple]:
     return list(islice(merge(*runs, reverse=True), count))
 
 
+# What a list item shows (api.resources.instances.instance_item): a page never decodes the instances' input and
+# output nor the definitions' specs.
+ITEM_FIELDS = (
+    "id",
+    "definition__name",
+    "definition__version",
+    "state",
+    "paused",
+    "review_cause",
+    "review_step_key",
+    "review_since",
+    "stop_kind",
+    "business_key",
+    "revision",
+    "created_at",
+    "updated_at",
+)
+
+
 def instance_list(*, identity: Identity, query: InstanceQuery, after: tuple | None, limit: int) -> Page:
     """A page of the visible instances matching ``query``, newest first by its order key then id."""
     scans, count = instance_keys(identity=identity, query=query, after=after, limit=limit)
     keys = _read_keys(scans, order=query.order, count=count)
     more, keys = len(keys) > limit, keys[:limit]
     ids = [pk for _, pk in keys]
-    rows = WorkflowInstance.objects.select_related("definition").in_bulk(ids) if ids else {}
+    rows = WorkflowInstance.objects.select_related("definition").only(*ITEM_FIELDS).in_bulk(ids) if ids else {}
     if len(rows) != len(ids):
         # Gone since the key scan, or without its definition (the join drops it): corruption either way.
         raise Unavailable("instances of this page vanished or lost their definition while it was read")

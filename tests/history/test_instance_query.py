@@ -1,9 +1,12 @@
 """GET /v1/workflows (the instance query) and GET /v1/workflows/review-summary."""
 
 import datetime as dt
+import re
 from types import SimpleNamespace
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from core import clock
 from history.credentials import credential_issue
@@ -111,6 +114,21 @@ def test_the_query_lists_visible_instances_newest_updated_first_with_every_item_
     }
     assert set(items[rows.a.id]) == ITEM_KEYS
     assert items[rows.e.id]["stop_kind"] == "CANCEL" and items[rows.e.id]["business_key"] == ""
+
+
+def test_a_page_reads_only_what_its_items_show_in_as_many_queries_for_one_item_as_for_six(rows, reader, api):
+    def statements(limit: int) -> list[str]:
+        with CaptureQueriesContext(connection) as captured:
+            response = api.get("/v1/workflows", {"limit": limit}, **bearer(reader))
+        assert response.status_code == 200
+        assert len(response.json()["data"]["items"]) == limit
+        return [query["sql"] for query in captured.captured_queries]
+
+    one, six = statements(1), statements(6)
+    assert len(one) == len(six)
+    # The documents a list never shows: the instance's input and output, the definition's spec.
+    documents = re.compile(r"""\.[`"](input|output|spec)[`"]""")
+    assert [sql for sql in six if documents.search(sql)] == []
 
 
 FILTERS = [
