@@ -72,11 +72,7 @@ def review_queue(request) -> dict | None:
         # An id prefix or a business key prefix, as the changelist's search reads it.
         rows = rows.filter(Q(id__istartswith=chosen["q"]) | Q(business_key__istartswith=chosen["q"]))
     breached, over_sla = _past_sla(rows, identity)
-    oldest = list(
-        rows.exclude(id__in=[i.id for i in breached])
-        .select_related("definition")
-        .order_by("review_since", "id")[: ROWS + 1]
-    )
+    oldest = list(_oldest(rows.exclude(id__in=[i.id for i in breached]))[: ROWS + 1])
     oldest = (breached + oldest)[: ROWS + 1]
     may_recover = request.user.has_perm("history.recover_workflowinstance")
     summary = review_summary(identity=identity)
@@ -141,9 +137,19 @@ def _past_sla(rows, identity) -> tuple[list[WorkflowInstance], int]:
     for definition_id, sla in slas.items():
         late = rows.filter(definition_id=definition_id, review_since__lt=now - dt.timedelta(seconds=sla))
         total += late.count()
-        breached += late.select_related("definition").order_by("review_since", "id")[:ROWS]
+        breached += _oldest(late)[:ROWS]
     breached.sort(key=lambda i: (-_overdue(i, now), i.id))
     return breached[:ROWS], total
+
+
+def _oldest(rows):
+    """The instances in review, the longest waiting first, read from the (namespace, review_since, id) index alone.
+
+    Joined to their definitions, MariaDB drove the read from the few definitions and sorted every instance of
+    each (18 s at 1M). Outside review review_since is NULL, and those entries lead the index: the condition
+    skips them (in review, a time is always recorded; weave_check reports an instance that lacks one).
+    """
+    return rows.filter(review_since__isnull=False).order_by("review_since", "id").prefetch_related("definition")
 
 
 def _overdue(instance: WorkflowInstance, now) -> dt.timedelta:
