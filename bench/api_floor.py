@@ -6,7 +6,7 @@
 
 Each scale lives in its own MariaDB database, ``weave_bench_api_<scale>`` on the server WEAVE_DATABASE_URL
 names, seeded on first use with ``bench/seed.py``'s instances and activations parts at that scale (at
-1 000 000: a million finished instances with seven timeline events each, and one step of 100 000
+1 000 000: a million instances, 5 % of them in review, with seven timeline events each, and one step of 100 000
 activations). Ours is the product under gunicorn; the floor is ``bench/floor_app.py``, a bare WSGI
 callable with raw SQL and ``json``, on the same gunicorn (one sync worker each). Requests alternate
 between the two so that machine noise hits both alike; each list is warmed with 5 requests first, so
