@@ -498,11 +498,12 @@ def insert_select(model, count: int, exprs: dict[str, str]) -> None:
         cursor.execute(sql, params)
 
 
-# Of every 100 instances (by seq % 100): these many are in review, a task having failed with its step's attempts
-# used up, then these many with attempts left; the others succeeded.
-EXHAUSTED, BUDGET_LEFT = 3, 2
-# The definitions of each namespace, as (name, version): instances spread over them.
-DEFINITIONS = (("bench", 1), ("bench", 2), ("orders", 1))
+# Of every 100 instances (by seq % 100): these many are in review since a task failed; the others succeeded.
+IN_REVIEW = 5
+# The definitions of each namespace, as (name, version, the attempts of their TASK step): instances spread over
+# them. An instance in review of a one-attempt definition has its step's attempts used up, of the others attempts
+# left, as the engine would have written them: recovery judges the rows as it judges the engine's.
+DEFINITIONS = (("bench", 1, BUDGET), ("bench", 2, BUDGET), ("orders", 1, 1))
 BUSINESS_KEYS = ("order-", "invoice-", "refund-")
 
 
@@ -510,10 +511,11 @@ def _definitions(tenants) -> list[str]:
     """Every namespace's definitions, listed so that position ``k`` belongs to namespace ``k % len(tenants)``:
     ``seq % len(list)`` then names a definition of the namespace ``seq % len(tenants)`` names."""
     found = []
-    for name, version in DEFINITIONS:
+    for name, version, attempts in DEFINITIONS:
+        spec = {"steps": [{**DEFINITION_SPEC["steps"][0], "max_attempts": attempts}, *DEFINITION_SPEC["steps"][1:]]}
         for ns, *_ in tenants:
             definition, _ = m.WorkflowDefinition.objects.get_or_create(
-                namespace=ns, name=name, version=version, defaults={"spec": DEFINITION_SPEC, "queues": ["bench"]}
+                namespace=ns, name=name, version=version, defaults={"spec": spec, "queues": ["bench"]}
             )
             found.append(definition.id)
     return found
@@ -521,8 +523,8 @@ def _definitions(tenants) -> list[str]:
 
 def seed_instances(tenants, count: int, start: dt.datetime) -> None:
     """One-task instances, generated server side: millions of rows in minutes. Most succeeded; of every 100,
-    EXHAUSTED + BUDGET_LEFT are in review since their task failed (a cause, a time, the step named, the gate
-    shut), over three definitions per namespace and three business-key prefixes."""
+    IN_REVIEW are in review since their task failed (a cause, a time, the step named, the gate shut), over three
+    definitions per namespace and three business-key prefixes."""
     salt = new_id()[:8]
 
     def ident(tag: str) -> str:
@@ -531,7 +533,10 @@ def seed_instances(tenants, count: int, start: dt.datetime) -> None:
     def pick(values: list[str]) -> str:
         return "ELT(1 + seq %% {n}, {v})".format(n=len(values), v=", ".join(f"'{v}'" for v in values))
 
-    review = f"seq %% 100 < {EXHAUSTED + BUDGET_LEFT}"
+    review = f"seq %% 100 < {IN_REVIEW}"
+    definitions = _definitions(tenants)
+    # The definition ``pick(definitions)`` names allows one attempt (the last of DEFINITIONS' rows).
+    one_attempt = f"seq %% {len(definitions)} >= {len(definitions) - len(tenants)}"
 
     def either(in_review: str, otherwise: str) -> str:
         return f"CASE WHEN {review} THEN {in_review} ELSE {otherwise} END"
@@ -541,7 +546,7 @@ def seed_instances(tenants, count: int, start: dt.datetime) -> None:
     failed, finished = either("'FAILED'", "'SUCCEEDED'"), either("NULL", when)
     instance, step, activation, task, event = (ident(tag) for tag in "isakr")
     common = {"created_at": when, "updated_at": when}
-    cause = f"CASE WHEN seq %% 100 < {EXHAUSTED} THEN '{m.ReviewCause.TASK_BUDGET_EXHAUSTED}'" + (
+    cause = f"CASE WHEN {one_attempt} THEN '{m.ReviewCause.TASK_BUDGET_EXHAUSTED}'" + (
         f" ELSE '{m.ReviewCause.TASK_FAILED_BUDGET_LEFT}' END"
     )
     result = either('\'{"error": "declined"}\'', "'{}'")
@@ -551,7 +556,7 @@ def seed_instances(tenants, count: int, start: dt.datetime) -> None:
             {
                 "id": instance,
                 "namespace_id": ns,
-                "definition_id": pick(_definitions(tenants)),
+                "definition_id": pick(definitions),
                 "business_key": f"CONCAT({pick(list(BUSINESS_KEYS))}, seq)",
                 "state": either(f"'{m.InstanceState.NEEDS_REVIEW}'", "'SUCCEEDED'"),
                 "review_cause": either(cause, "''"),
@@ -619,8 +624,8 @@ def seed_instances(tenants, count: int, start: dt.datetime) -> None:
                 "state": failed,
                 "revision": "3",
                 "attempt_count": "1",
-                # A task whose step has attempts left was allowed three.
-                "max_attempts": f"CASE WHEN {review} AND seq %% 100 >= {EXHAUSTED} THEN 3 ELSE 1 END",
+                # The first task of a step is allowed the step's attempts.
+                "max_attempts": f"CASE WHEN {one_attempt} THEN 1 ELSE {BUDGET} END",
                 "source_instance_id": instance,
                 "source_activation_id": activation,
                 "outcome": failed,

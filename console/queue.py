@@ -18,11 +18,11 @@ from console.attention import queue_attention
 from console.links import decide_link, instance_label, next_operation
 from core import clock
 from core.identity import identity_of_user
-from history.models import InstanceState, ReviewCause, Step, Task, TaskState, WorkflowDefinition, WorkflowInstance
+from history.models import InstanceState, ReviewCause, WorkflowDefinition, WorkflowInstance
 from history.selectors.access import visible_rows
 from history.selectors.instance_list import review_summary
 from history.selectors.signatures import signature_summary
-from recovery.eligibility import instance_eligibility
+from recovery.eligibility import Judged, eligibilities
 
 ROWS = 25
 # The query parameters the queue reads, named as the instance query's (GET /v1/workflows) are.
@@ -76,7 +76,8 @@ def review_queue(request) -> dict | None:
     oldest = (breached + oldest)[: ROWS + 1]
     may_recover = request.user.has_perm("history.recover_workflowinstance")
     summary = review_summary(identity=identity)
-    rows = [_row(instance, identity, may_recover) for instance in oldest[:ROWS]]
+    judged = eligibilities(identity=identity, instances=oldest[:ROWS]) if may_recover else {}
+    rows = [_row(instance, judged.get(instance.id)) for instance in oldest[:ROWS]]
     queue_attention(rows, identity.namespace_id)
     return {
         "total": summary.total,
@@ -160,25 +161,19 @@ def _overdue(instance: WorkflowInstance, now) -> dt.timedelta:
     return max(now - instance.review_since - dt.timedelta(seconds=sla), dt.timedelta(0))
 
 
-def _row(instance: WorkflowInstance, identity, may_recover: bool) -> QueueRow:
+def _row(instance: WorkflowInstance, judged: Judged | None) -> QueueRow:
+    """The instance's row; with its judged eligibility (for those who may recover), its next operation."""
     now = clock.now()
     overdue = _overdue(instance, now)
     return QueueRow(
         instance=instance,
         age=age(now - instance.review_since) if instance.review_since else "",
-        next_operation=_next_operation(instance, identity) if may_recover else None,
-        decide_url=decide_link(instance) if may_recover else "",
+        next_operation=next_operation(instance, judged.eligibility, judged.steps, judged.review_tasks)
+        if judged
+        else None,
+        decide_url=decide_link(instance) if judged else "",
         over_sla=age(overdue) if overdue else "",
     )
-
-
-def _next_operation(instance: WorkflowInstance, identity) -> dict | None:
-    eligibility = instance_eligibility(identity=identity, instance_id=instance.id)
-    steps = {step.key: step for step in Step.objects.filter(instance_id=instance.id)}
-    tasks = {
-        task.id: task for task in Task.objects.filter(source_instance_id=instance.id, state=TaskState.NEEDS_REVIEW)
-    }
-    return next_operation(instance, eligibility, steps, tasks)
 
 
 def age(elapsed) -> str:

@@ -10,8 +10,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from django.db.models import OuterRef, QuerySet, Subquery
+
 from core import clock
-from core.errors import Aborted, FailedPrecondition, NotFound, ResourceExhausted, Unavailable
+from core.errors import Aborted, FailedPrecondition, NotFound, ResourceExhausted, Unavailable, WeaveError
 from core.identity import Identity
 from engine.quota import quota_of_task
 from history.locking import Level, LockSet
@@ -29,7 +31,7 @@ from history.models import (
     WorkflowDefinition,
     WorkflowInstance,
 )
-from history.selectors.access import instance_definition_visible
+from history.selectors.access import INSTANCE_NOT_FOUND, definition_of_visible, instance_definition_visible
 
 if TYPE_CHECKING:
     from recovery.step_history import StepHistory
@@ -58,6 +60,8 @@ class Context:
     # Preview only (nothing locked): lookups the checks of one eligibility document repeat per operation.
     steps_read: dict[str, Step] = field(default_factory=dict)
     activations_owned: dict[tuple[str, str], bool] = field(default_factory=dict)
+    # The application and queue rows by (application id, queue id): shared by the contexts ``contexts_read`` makes.
+    quotas_read: dict[tuple[str, str], tuple[Application, Queue]] = field(default_factory=dict)
 
     def rows(self, level: Level, ids: Iterable[str]) -> dict:
         """Rows by id: locked in the fixed order when committing, plainly read for a preview."""
@@ -82,10 +86,10 @@ class Context:
     def quota_rows(self, task: Task) -> tuple[Application, Queue]:
         """The application and queue a task's permit counts against (locked now: the quota rows come last)."""
         if self.locks is None:
-            return (
-                Application.objects.get(pk=task.application_id),
-                Queue.objects.get(pk=task.queue_id),
-            )
+            key = (task.application_id, task.queue_id)
+            if key not in self.quotas_read:
+                self.quotas_read[key] = (Application.objects.get(pk=key[0]), Queue.objects.get(pk=key[1]))
+            return self.quotas_read[key]
         quota = quota_of_task(locks=self.locks, task=task)
         return quota.application, quota.queue_of(task)
 
@@ -114,16 +118,53 @@ def context_open(
         )
     if refusal := not_in_review(instance):
         raise refusal
-    blocking = (
-        InboxRecord.objects.filter(instance_id=instance.id, state__in=[InboxState.PENDING, InboxState.QUARANTINED])
-        .values_list("state", flat=True)
-        .first()
-    )
+    _inbox_check(_blocking(instance.id).first())
+    gate = locks.lock_one(Level.GATE, instance.id) if locks is not None else Gate.objects.filter(pk=instance.id).first()
+    return _context(identity=identity, instance=instance, definition=definition, gate=gate, locks=locks)
+
+
+def contexts_read(*, identity: Identity, instance_ids: list[str]) -> dict[str, Context | WeaveError]:
+    """The unlocked contexts of many instances (an eligibility's), each judged as ``context_open`` judges it
+    (or the refusal it raises), from one read per table: a page of instances costs as much as one."""
+    first_blocking = Subquery(_blocking(OuterRef("pk"))[:1])
+    instances = WorkflowInstance.objects.filter(pk__in=instance_ids).annotate(blocking=first_blocking).in_bulk()
+    definitions = WorkflowDefinition.objects.in_bulk({i.definition_id for i in instances.values()})
+    gates = Gate.objects.in_bulk(list(instances))
+    contexts, quotas_read = {}, {}
+    for instance_id in instance_ids:
+        instance = instances.get(instance_id)
+        try:
+            if instance is None:
+                raise NotFound(INSTANCE_NOT_FOUND)
+            definition = definition_of_visible(
+                identity=identity, instance=instance, definition=definitions.get(instance.definition_id)
+            )
+            if refusal := not_in_review(instance):
+                raise refusal
+            _inbox_check(instance.blocking)
+            gate = gates.get(instance_id)
+            ctx = _context(identity=identity, instance=instance, definition=definition, gate=gate, locks=None)
+            ctx.quotas_read = quotas_read
+            contexts[instance_id] = ctx
+        except WeaveError as error:
+            contexts[instance_id] = error
+    return contexts
+
+
+def _blocking(instance_id) -> QuerySet:
+    """The states of the instance's inbox records that block recovery, the first record's first."""
+    blocking = InboxRecord.objects.filter(state__in=[InboxState.PENDING, InboxState.QUARANTINED])
+    return blocking.filter(instance_id=instance_id).order_by("pk").values_list("state", flat=True)
+
+
+def _inbox_check(blocking: str | None) -> None:
     if blocking == InboxState.QUARANTINED:
         raise FailedPrecondition("the inbox holds a QUARANTINED record: corruption no declaration can release")
     if blocking == InboxState.PENDING:
         raise FailedPrecondition("the inbox holds unconsumed records: let the runner consume them first")
-    gate = locks.lock_one(Level.GATE, instance.id) if locks is not None else Gate.objects.filter(pk=instance.id).first()
+
+
+def _context(*, identity: Identity, instance, definition, gate: Gate | None, locks: LockSet | None) -> Context:
     if gate is None:
         raise Unavailable("the instance has no gate")
     return Context(identity=identity, instance=instance, definition=definition, gate=gate, now=clock.now(), locks=locks)

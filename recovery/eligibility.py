@@ -6,16 +6,17 @@ revisions it was computed at: committing it later with those revisions refuses a
 """
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 from django.db.models import F
 
 from core.errors import NotFound, WeaveError
 from core.identity import Identity
 from core.ids import ROOT_STEP_KEY
-from history.models import Step, StepKind, Task, TaskState, WorkflowInstance
+from history.models import Activation, Step, StepKind, Task, TaskState, WorkflowInstance
 from history.selectors.access import instance_get_readable
 from recovery.commands import instance_id_check
-from recovery.context import Context, context_open, not_in_review
+from recovery.context import Context, context_open, contexts_read, not_in_review
 from recovery.operations import OPERATIONS
 from recovery.pipeline import Operation, plan_preview
 
@@ -95,14 +96,57 @@ def instance_eligibility(*, identity: Identity, instance_id: str) -> dict:
 
 
 def _eligibility(*, identity: Identity, instance: WorkflowInstance, steps: Iterable[Step]) -> dict:
-    steps = sorted((s for s in steps if s.kind != StepKind.ROOT), key=lambda s: s.key)
     try:
         ctx = context_open(identity=identity, instance_id=instance.id, locks=None)
     except NotFound:
         raise
     except WeaveError as error:
-        return _refused_everywhere(instance=instance, steps=steps, error=error)
-    review_tasks = _review_tasks_by_step(instance)
+        ctx = error
+    return _judged(ctx, instance, steps, _review_tasks_by_step([instance.id]))
+
+
+@dataclass
+class Judged:
+    """An instance's eligibility document and the rows it was judged from."""
+
+    eligibility: dict
+    steps: dict[str, Step]  # by key
+    review_tasks: dict[str, Task]  # by id
+
+
+def eligibilities(*, identity: Identity, instances: list[WorkflowInstance]) -> dict[str, Judged]:
+    """Each instance's eligibility by id, as ``instance_eligibility`` judges it (NOT_FOUND is judged as a refusal
+    too), for instances the caller may read: the rows every check begins from are read once for all of them."""
+    ids = [instance.id for instance in instances]
+    contexts = contexts_read(identity=identity, instance_ids=ids)
+    steps: dict[str, dict[str, Step]] = {instance_id: {} for instance_id in ids}
+    for step in Step.objects.filter(instance_id__in=ids):
+        steps[step.instance_id][step.key] = step
+    review_tasks = _review_tasks_by_step(ids)
+    current = [step.current_activation_id for of_instance in steps.values() for step in of_instance.values()]
+    owned = set(Activation.objects.filter(pk__in=[i for i in current if i]).values_list("pk", "step_id", "instance_id"))
+    judged = {}
+    for instance in instances:
+        ctx, of_instance = contexts[instance.id], steps[instance.id]
+        if isinstance(ctx, Context):
+            ctx.steps_read.update(of_instance)
+            ctx.activations_owned.update(
+                ((s.current_activation_id, s.id), (s.current_activation_id, s.id, instance.id) in owned)
+                for s in of_instance.values()
+                if s.current_activation_id
+            )
+        tasks = {task.id: task for step in of_instance.values() for task in review_tasks.get(step.id, [])}
+        judged[instance.id] = Judged(_judged(ctx, instance, of_instance.values(), review_tasks), of_instance, tasks)
+    return judged
+
+
+def _judged(
+    ctx: Context | WeaveError, instance: WorkflowInstance, steps: Iterable[Step], review_tasks: dict[str, list[Task]]
+) -> dict:
+    """The eligibility document of an instance in its context (or its context's refusal)."""
+    steps = sorted((s for s in steps if s.kind != StepKind.ROOT), key=lambda s: s.key)
+    if isinstance(ctx, WeaveError):
+        return _refused_everywhere(instance=instance, steps=steps, error=ctx)
     in_step = _step_operations()
     return {
         "revision": str(instance.revision),
@@ -124,7 +168,7 @@ def operations_judged(
         yield from ((name, _refused(error)) for name in names)
         return
     step = Step.objects.filter(instance_id=instance.id, key=step_key).first()
-    review_tasks = _review_tasks_by_step(instance).get(step.id, []) if step is not None else []
+    review_tasks = _review_tasks_by_step([instance.id]).get(step.id, []) if step is not None else []
     for name in names:
         operation = OPERATIONS[name]
         if operation.target == "instance":
@@ -145,10 +189,11 @@ def _refused_everywhere(*, instance: WorkflowInstance, steps: list[Step], error:
     }
 
 
-def _review_tasks_by_step(instance: WorkflowInstance) -> dict[str, list[Task]]:
+def _review_tasks_by_step(instance_ids: list[str]) -> dict[str, list[Task]]:
+    """The tasks in review of these instances by step id (a step id names its instance), the oldest first."""
     # A task whose source activation is missing has no step: the join leaves it out, as no step would show it.
     tasks = (
-        Task.objects.filter(source_instance_id=instance.id, state=TaskState.NEEDS_REVIEW)
+        Task.objects.filter(source_instance_id__in=instance_ids, state=TaskState.NEEDS_REVIEW)
         .annotate(source_step_id=F("source_activation__step_id"))
         .order_by("created_at")
     )

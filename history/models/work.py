@@ -103,7 +103,8 @@ class WorkflowInstance(StateFollowed):
 
     class Meta:
         indexes = [
-            models.Index(fields=["namespace", "state", "updated_at"], name="instance_ns_state_updated"),
+            # Revision last: the review queue's version (count, sum of revisions, latest change) from the index alone.
+            models.Index(fields=["namespace", "state", "updated_at", "revision"], name="instance_ns_state_updated"),
             models.Index(fields=["namespace", "created_at", "id"], name="instance_ns_created"),
             models.Index(fields=["namespace", "updated_at"], name="instance_ns_updated"),
             # The instance query: an equality filter, then the order key, then id, so that a page is

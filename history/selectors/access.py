@@ -92,6 +92,15 @@ def instance_definition_visible(*, identity: Identity, instance: WorkflowInstanc
     if instance is None or instance.namespace_id != identity.namespace_id:
         raise NotFound(INSTANCE_NOT_FOUND)
     definition = WorkflowDefinition.objects.filter(pk=instance.definition_id).first()
+    return definition_of_visible(identity=identity, instance=instance, definition=definition)
+
+
+def definition_of_visible(
+    *, identity: Identity, instance: WorkflowInstance, definition: WorkflowDefinition | None
+) -> WorkflowDefinition:
+    """``instance_definition_visible`` for an instance and its definition (None when missing) the caller read."""
+    if instance.namespace_id != identity.namespace_id:
+        raise NotFound(INSTANCE_NOT_FOUND)
     _definition_check(identity=identity, instance=instance, definition=definition)
     return definition
 

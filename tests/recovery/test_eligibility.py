@@ -2,8 +2,21 @@
 
 import pytest
 
-from history.models import InstanceState, Task, WorkflowInstance
-from recovery.eligibility import instance_eligibility, operation_preview
+from core import clock
+from core.ids import new_id
+from history.models import (
+    Gate,
+    InboxRecord,
+    InboxSource,
+    InboxState,
+    InstanceState,
+    Step,
+    Task,
+    TaskState,
+    WorkflowInstance,
+)
+from history.tenancy import namespace_ensure
+from recovery.eligibility import eligibilities, instance_eligibility, operation_preview
 from recovery.operations import step_retry
 from testkit import requests as rq
 from testkit import states
@@ -111,3 +124,56 @@ def test_eligibility_offers_exactly_the_operation_that_then_commits(tenancy, rec
     receipt = rq.run(service, recoverer, state, build(state))
     assert entry["preview"]["instance"]["revision"]["after"] == receipt.data["revision"]
     assert entry["preview"]["operation"] == receipt.data["operation"]
+
+
+def test_many_instances_are_judged_together_exactly_as_each_alone(tenancy, recoverer, monkeypatch):
+    # The review queue judges its page at once from shared reads; every refusal an instance-level check gives
+    # (another namespace's instance, one outside review, an inbox record pending or quarantined, a missing gate)
+    # and every step operation must come out as instance_eligibility gives it for that instance alone.
+    made = [
+        states.task_resolved_state(tenancy),
+        states.task_failed_state(tenancy, attempts_used=2),
+        states.task_unknown_state(tenancy),
+        states.poll_round_failed_state(tenancy),
+        states.signal_contract_violation_state(tenancy),
+        states.timer_late_state(tenancy),
+        states.task_failed_state(tenancy, stop_kind="CANCEL"),
+    ]
+    running, pending, quarantined, gateless = (states.task_unknown_state(tenancy) for _ in range(4))
+    WorkflowInstance.objects.filter(pk=running.instance.pk).update(state=InstanceState.RUNNING)
+    for state, inbox_state in ((pending, InboxState.PENDING), (quarantined, InboxState.QUARANTINED)):
+        InboxRecord.objects.create(
+            instance=state.instance, source_kind=InboxSource.SIGNAL, source_id=new_id(), state=inbox_state
+        )
+    Gate.objects.filter(pk=gateless.instance.pk).delete()
+    made += [running, pending, quarantined, gateless]
+    frozen = clock.now()  # the previews name times: both judgements read the same now
+    monkeypatch.setattr(clock, "now", lambda: frozen)
+    ids = [state.instance.id for state in made]
+    instances = list(WorkflowInstance.objects.filter(pk__in=ids))
+    judged = eligibilities(identity=recoverer, instances=instances)
+    assert set(judged) == set(ids)
+    for instance_id in ids:
+        alone = instance_eligibility(identity=recoverer, instance_id=instance_id)
+        assert judged[instance_id].eligibility == alone
+        steps = {step.key: step for step in Step.objects.filter(instance_id=instance_id)}
+        assert {key: step.revision for key, step in judged[instance_id].steps.items()} == {
+            key: step.revision for key, step in steps.items()
+        }
+        in_review = Task.objects.filter(source_instance_id=instance_id, state=TaskState.NEEDS_REVIEW)
+        assert set(judged[instance_id].review_tasks) == {task.id for task in in_review}
+    refusals = {judged[s.instance.id].eligibility["continue"].get("reason") for s in (pending, quarantined, gateless)}
+    assert refusals == {
+        "the inbox holds unconsumed records: let the runner consume them first",
+        "the inbox holds a QUARANTINED record: corruption no declaration can release",
+        "the instance has no gate",
+    }
+
+
+def test_an_instance_of_another_namespace_is_judged_not_found_among_the_others(tenancy, recoverer):
+    mine = states.task_unknown_state(tenancy)
+    theirs = states.task_unknown_state(namespace_ensure(name="other", application="app", queues=["payments"]))
+    judged = eligibilities(identity=recoverer, instances=[mine.instance, theirs.instance])
+    assert judged[mine.instance.id].eligibility["steps"]["charge"]["review-task"]["possible"] is True
+    refused = judged[theirs.instance.id].eligibility["continue"]
+    assert refused["possible"] is False and refused["code"] == "NOT_FOUND"
