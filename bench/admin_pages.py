@@ -9,8 +9,9 @@ ModelAdmin served by a second admin site with Django's paginator, full result co
 prints p50/p95 in milliseconds, SQL queries per page and ours/default.
 
 With ``--private SCALE`` the bench runs on a MariaDB server of its own (bench/private_server.py: the server's
-defaults, a 128 MiB pool), seeded at SCALE the first time, and restarts it before each page: the page's first
-request reads from a cold pool (the system's file cache stays as it is) and is printed as ``cold``.
+defaults, a 128 MiB pool), seeded at SCALE the first time, and restarts it before each page (once requested
+before, so that this process has rendered it): the page's first request after the restart reads from a cold
+pool (the system's file cache stays as it is) and is printed as ``cold``.
 """
 
 import argparse
@@ -90,6 +91,9 @@ def _measure(args, server: PrivateServer | None) -> None:
         counts, cold, timings = {}, {}, {label: [] for label in variants}
         for label, url in variants.items():
             if server is not None:
+                # The page once before the restart: what the cold request then measures is the server's empty
+                # pool, not this process's first rendering of the page (its templates, its lazy imports).
+                client.get(url)
                 server.restart()
             cold[label] = _timed(client, url)
             with CaptureQueriesContext(connection) as queries:

@@ -188,7 +188,9 @@ def _ownership() -> Iterator[Violation]:
 
 
 # Every task with what its ownership rule reads, one hop at a time, each hop sorted on the key the next
-# join looks up: its activation (and POLL round), the activation's step, the task's instance.
+# join looks up: its activation (and POLL round), the activation's step, the task's instance. The step's id in
+# the last sort keeps it after the step join: sorted on the first table's column alone, MariaDB sorts that table
+# before joining and looks the steps up in instance order, a random read each.
 _TASK_PLACES = """
 SELECT {select} FROM (
   SELECT x.id, x.namespace_id, x.queue_id, x.source_instance_id, x.owned, x.task_named, x.round_named,
@@ -206,7 +208,7 @@ SELECT {select} FROM (
     LEFT JOIN {{activation}} a ON a.id = t.source_activation_id
     ORDER BY a.step_id LIMIT {{all}}
   ) x LEFT JOIN {{step}} s ON s.id = x.step_id
-  ORDER BY x.source_instance_id LIMIT {{all}}
+  ORDER BY x.source_instance_id, s.id LIMIT {{all}}
 ) y LEFT JOIN {{instance}} i ON i.id = y.source_instance_id
 {where}
 """
@@ -217,13 +219,18 @@ _TASK_PLACED = (
 )
 
 
+def task_placements_sql() -> str:
+    """Each task not placed as its activation, step and instance say, and each (definition, step key, queue) the
+    others are placed on: one scan of the tasks, a row per distinct answer."""
+    select = f"CASE WHEN {_TASK_PLACED} THEN NULL ELSE y.id END, i.definition_id, y.step_key, y.queue_id"
+    return _sql(_TASK_PLACES.format(select=select, where="GROUP BY 1, 2, 3, 4"))
+
+
 def _task_suspects(queue_names: dict) -> list[str]:
     """Tasks not placed as their activation, step and instance say, or on a queue their step does not name."""
-    select = f"CASE WHEN {_TASK_PLACED} THEN NULL ELSE y.id END, i.definition_id, y.step_key, y.queue_id"
-    grouped = _TASK_PLACES.format(select=select, where="GROUP BY 1, 2, 3, 4")
     suspects, placements = set(), []
     with connection.cursor() as cursor:
-        cursor.execute(_sql(grouped), ())
+        cursor.execute(task_placements_sql(), ())
         for task_id, definition_id, key, queue_id in cursor.fetchall():
             if task_id is None:
                 placements.append((definition_id, key, queue_id))
@@ -648,9 +655,13 @@ def _timeline_findings(model, batch: list[tuple]) -> Iterator[Violation]:
 
 
 def _step_counters() -> Iterator[Violation]:
-    """Each step's counters against its rows: one grouped join for the activations and one correlated sum
-    per step for the attempts of its earlier activations' tasks (TASK steps; 0 for the others)."""
-    counted = Step.objects.annotate(rows=Count("activations")).filter(~Q(activation_count=F("rows")))
+    """Each step's counters against its rows: a correlated count per step of its activations and a correlated
+    sum per step of the attempts of its earlier activations' tasks (TASK steps; 0 for the others), each a seek
+    in the scan's order. (A join grouped by step sorted every step in a temporary table: 13 s of 16 at 1M.)"""
+    activations = Activation.objects.filter(step_id=OuterRef("pk")).values("step_id").annotate(n=Count("*"))
+    counted = Step.objects.annotate(rows=Coalesce(Subquery(activations.values("n")), 0)).filter(
+        ~Q(activation_count=F("rows"))
+    )
     for step_id, counter, rows in counted.values_list("id", "activation_count", "rows").iterator():
         yield Violation("step_counter_drift", f"activation_count {counter}, {rows} activations", (step_id,))
     earlier = (

@@ -26,6 +26,7 @@ from history.models import (
     InstanceState,
     Queue,
     Step,
+    StepKind,
     Task,
     Wait,
     WorkflowDefinition,
@@ -60,6 +61,8 @@ class Context:
     # Preview only (nothing locked): lookups the checks of one eligibility document repeat per operation.
     steps_read: dict[str, Step] = field(default_factory=dict)
     activations_owned: dict[tuple[str, str], bool] = field(default_factory=dict)
+    # Preview only: all the instance's steps, when the caller read them for a page judged at once.
+    steps_all: list[Step] | None = None
     # The application and queue rows by (application id, queue id): shared by the contexts ``contexts_read`` makes.
     quotas_read: dict[tuple[str, str], tuple[Application, Queue]] = field(default_factory=dict)
 
@@ -69,6 +72,11 @@ class Context:
         if self.locks is not None:
             return self.locks.lock(level, ids)
         return {row.pk: row for row in _PLAIN_MODELS[level].objects.filter(pk__in=ids)} if ids else {}
+
+    def instance_steps(self) -> list[Step]:
+        """The instance's steps, ROOT aside, by key (plainly read: a step decision locks its own step)."""
+        steps = self.steps_all if self.steps_all is not None else Step.objects.filter(instance_id=self.instance.id)
+        return sorted((s for s in steps if s.kind != StepKind.ROOT), key=lambda s: s.key)
 
     def step_spec(self, step: Step) -> dict:
         spec = self.definition.step_spec(step.key)

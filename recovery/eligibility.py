@@ -130,6 +130,7 @@ def eligibilities(*, identity: Identity, instances: list[WorkflowInstance]) -> d
         ctx, of_instance = contexts[instance.id], steps[instance.id]
         if isinstance(ctx, Context):
             ctx.steps_read.update(of_instance)
+            ctx.steps_all = list(of_instance.values())
             ctx.activations_owned.update(
                 ((s.current_activation_id, s.id), (s.current_activation_id, s.id, instance.id) in owned)
                 for s in of_instance.values()

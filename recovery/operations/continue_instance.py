@@ -17,7 +17,6 @@ from history.models import (
     AttemptState,
     InstanceState,
     Step,
-    StepKind,
     StepState,
     StopKind,
     Task,
@@ -101,7 +100,7 @@ class Continue(Operation):
     def check(self, ctx: Context, command: ContinueCommand) -> ContinuePlan:
         ctx.require_revision(command.expected_revision)
         instance = ctx.instance
-        steps = sorted(Step.objects.filter(instance_id=instance.id).exclude(kind=StepKind.ROOT), key=lambda s: s.key)
+        steps = ctx.instance_steps()
         problem = _review_matters_left(ctx, steps)
         if problem:
             raise FailedPrecondition(problem)
