@@ -61,8 +61,11 @@ class Context:
     # Preview only (nothing locked): lookups the checks of one eligibility document repeat per operation.
     steps_read: dict[str, Step] = field(default_factory=dict)
     activations_owned: dict[tuple[str, str], bool] = field(default_factory=dict)
-    # Preview only: all the instance's steps, when the caller read them for a page judged at once.
+    # Preview only, for a page judged at once: all the instance's steps, their activation index probes
+    # (``step_history.index_probes``, taken once) and their first and current activations, as the caller read them.
     steps_all: list[Step] | None = None
+    probes: dict[str, dict] = field(default_factory=dict)
+    activations_read: dict[str, Activation] = field(default_factory=dict)
     # The application and queue rows by (application id, queue id): shared by the contexts ``contexts_read`` makes.
     quotas_read: dict[tuple[str, str], tuple[Application, Queue]] = field(default_factory=dict)
 
@@ -71,6 +74,11 @@ class Context:
         ids = [i for i in ids if i is not None]
         if self.locks is not None:
             return self.locks.lock(level, ids)
+        if level == Level.ACTIVATION and ids and all(i in self.activations_read for i in ids):
+            found = {i: self.activations_read[i] for i in ids}
+            for i in found:  # given once: a later read reads again
+                del self.activations_read[i]
+            return found
         return {row.pk: row for row in _PLAIN_MODELS[level].objects.filter(pk__in=ids)} if ids else {}
 
     def instance_steps(self) -> list[Step]:

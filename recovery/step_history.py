@@ -134,23 +134,22 @@ def _frontier_tasks(*activations: Activation | None) -> set[str]:
     return {i for a in activations if a is not None for i in (a.task_id, a.last_task_id) if i is not None}
 
 
-def _index_probe(step: Step, instance: WorkflowInstance) -> dict:
-    """The step's lowest activation sequence and its id, the highest, its current activation's sequence, and
-    whether an activation of the step is of another instance: seeks on the activation indexes, whatever the
-    length of the history."""
+def index_probes(step_ids: list[str]) -> dict[str, dict]:
+    """Per step: its lowest activation sequence and its id, the highest, its current activation's sequence, and
+    whether an activation of the step is of another instance than the step's: seeks on the activation indexes,
+    whatever the length of the history, for any number of steps in one query."""
     activations = Activation.objects.filter(step_id=OuterRef("pk"))
     lowest = activations.order_by("sequence")
-    return (
-        Step.objects.filter(pk=step.id)
-        .values(
-            low=Subquery(lowest.values("sequence")[:1]),
-            first_id=Subquery(lowest.values("id")[:1]),
-            high=Subquery(activations.order_by("-sequence").values("sequence")[:1]),
-            current=Subquery(activations.filter(pk=OuterRef("current_activation_id")).values("sequence")),
-            foreign=Exists(activations.filter(Q(instance_id__lt=instance.id) | Q(instance_id__gt=instance.id))),
-        )
-        .get()
+    other = Q(instance_id__lt=OuterRef("instance_id")) | Q(instance_id__gt=OuterRef("instance_id"))
+    probes = Step.objects.filter(pk__in=step_ids).values(
+        "pk",
+        low=Subquery(lowest.values("sequence")[:1]),
+        first_id=Subquery(lowest.values("id")[:1]),
+        high=Subquery(activations.order_by("-sequence").values("sequence")[:1]),
+        current=Subquery(activations.filter(pk=OuterRef("current_activation_id")).values("sequence")),
+        foreign=Exists(activations.filter(other)),
     )
+    return {probe.pop("pk"): probe for probe in probes}
 
 
 def _sequences_verify(step: Step, instance: WorkflowInstance) -> int:
@@ -184,7 +183,7 @@ def _step_history_load(ctx: Context, step: Step) -> StepHistory:
     spec = ctx.step_spec(step)
     instance = ctx.instance
     n = step.activation_count
-    probe = _index_probe(step, instance)
+    probe = ctx.probes.pop(step.id, None) or index_probes([step.id])[step.id]
     if probe["foreign"]:
         raise Unavailable(f"an activation of step {step.key!r} belongs to another instance")
     counted = (probe["low"], probe["high"], probe["current"]) == ((1, n, n) if n else (None, None, None))
