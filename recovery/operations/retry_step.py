@@ -154,7 +154,11 @@ def _task_chain(ctx: Context, history: StepHistory) -> Chain:
     step, tasks = history.step, history.tasks
     chain = Chain(business_round=None, budget=attempt_budget(spec=history.spec, activation=history.current))
     n = history.activation_count
-    ends = dict(history.activations.filter(sequence__in=[1, n]).values_list("sequence", "task_id"))
+    if history.counted and history.first is not None and history.current is not None:
+        # A counted history's first and current activations are its sequences 1 and n (unique per step).
+        ends = {1: history.first.task_id, n: history.current.task_id}
+    else:
+        ends = dict(history.activations.filter(sequence__in=[1, n]).values_list("sequence", "task_id"))
     loaded = ctx.rows(Level.TASK, ends.values())
     if history.counted and ends.get(1) in loaded and ends.get(n) in loaded:
         chain.original, chain.previous = loaded[ends[1]], loaded[ends[n]]
