@@ -102,7 +102,7 @@ def _eligibility(*, identity: Identity, instance: WorkflowInstance, steps: Itera
     except NotFound:
         raise
     except WeaveError as error:
-        ctx = error
+        return _judged(error, instance, steps, {})
     return _judged(ctx, instance, steps, _review_tasks_by_step([instance.id]))
 
 
@@ -125,8 +125,12 @@ def eligibilities(*, identity: Identity, instances: list[WorkflowInstance]) -> d
         steps[step.instance_id][step.key] = step
     review_tasks = _review_tasks_by_step(ids)
     # The steps whose history a step operation reads: those activated, ROOT aside.
-    active = [s for of_instance in steps.values() for s in of_instance.values() if s.current_activation_id]
-    active = [s for s in active if s.kind != StepKind.ROOT]
+    active = [
+        s
+        for of_instance in steps.values()
+        for s in of_instance.values()
+        if s.current_activation_id and s.kind != StepKind.ROOT
+    ]
     probes = index_probes([s.id for s in active])
     wanted = {s.current_activation_id for s in active} | {p["first_id"] for p in probes.values() if p["low"] == 1}
     activations = Activation.objects.in_bulk([i for i in wanted if i])
