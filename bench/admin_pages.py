@@ -1,7 +1,7 @@
 """Admin: the console's pages at full size, ours vs the same ModelAdmin with Django's defaults.
 
     WEAVE_DATABASE_URL=mysql://root@127.0.0.1:3306/weave_bench python -m bench admin_pages [--reps 10]
-    python -m bench admin_pages --private 1.0 [--reps 10]
+    python -m bench admin_pages --private 1.0 [--reps 10] [--page home --page "instance page"]
 
 Needs the history of bench/seed.py (its instances and activations parts). The default variant is the same
 ModelAdmin served by a second admin site with Django's paginator, full result counts and change list
@@ -71,6 +71,7 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--private", type=float, metavar="SCALE", help="on the bench's own server, cold then warm")
+    parser.add_argument("--page", action="append", help="only the pages whose name (as printed) begins so")
     args = parser.parse_args(argv)
     server = _private(args.private) if args.private else None
     try:
@@ -86,7 +87,13 @@ def _measure(args, server: PrivateServer | None) -> None:
     pool = buffer_pool_mib()
     print(f"{seed['sizes']} on a {pool} MiB buffer pool" + (", the server restarted before each page" * bool(server)))
     print(f"{'page':<24} {'variant':<8} {'queries':>7} {'cold ms':>9} {'p50 ms':>9} {'p95 ms':>9}")
-    for name, path in _pages(seed).items():
+    pages = _pages(seed)
+    unknown = [name for name in args.page or [] if not any(page.startswith(name) for page in pages)]
+    if unknown:
+        raise SystemExit(f"--page: no page named {', '.join(unknown)}; the pages: {', '.join(pages)}")
+    for name, path in pages.items():
+        if args.page and not any(name.startswith(wanted) for wanted in args.page):
+            continue
         variants = {"ours": f"/admin/{path}", "default": f"/bench-default-admin/{path}"}
         counts, cold, timings = {}, {}, {label: [] for label in variants}
         for label, url in variants.items():

@@ -37,12 +37,28 @@ from history.selectors.access import INSTANCE_NOT_FOUND, definition_of_visible, 
 if TYPE_CHECKING:
     from recovery.step_history import StepHistory
 
+# The inbox states that keep an instance from recovery.
+_BLOCKING = (InboxState.PENDING, InboxState.QUARANTINED)
 _PLAIN_MODELS = {
     Level.STEP: Step,
     Level.ACTIVATION: Activation,
     Level.WAIT: Wait,
     Level.TASK: Task,
 }
+
+
+@dataclass
+class ReadAhead:
+    """What the checks of a context's steps read one by one, read for every instance of a page at once
+    (``step_history.read_ahead``). Each entry is handed out once: a later read reads again."""
+
+    probes: dict[str, dict] = field(default_factory=dict)  # by step id: its activation index probe
+    rows: dict[Level, dict[str, Activation | Task]] = field(default_factory=dict)  # by level and id
+    attempt_rows: dict[str, int] = field(default_factory=dict)  # by task id: its attempt rows
+    # By step id: the tasks its first and current activations name, and those owned by the step and placed.
+    frontiers: dict[str, tuple[set[str], set[str]]] = field(default_factory=dict)
+    # By step id: the tasks its current activation names, and the first of them not known settled.
+    unsettled: dict[str, tuple[set[str], Task | None]] = field(default_factory=dict)
 
 
 @dataclass
@@ -61,11 +77,9 @@ class Context:
     # Preview only (nothing locked): lookups the checks of one eligibility document repeat per operation.
     steps_read: dict[str, Step] = field(default_factory=dict)
     activations_owned: dict[tuple[str, str], bool] = field(default_factory=dict)
-    # Preview only, for a page judged at once: all the instance's steps, their activation index probes
-    # (``step_history.index_probes``, taken once) and their first and current activations, as the caller read them.
+    # Preview only, for a page judged at once: all the instance's steps, and what its steps' checks read.
     steps_all: list[Step] | None = None
-    probes: dict[str, dict] = field(default_factory=dict)
-    activations_read: dict[str, Activation] = field(default_factory=dict)
+    ahead: ReadAhead = field(default_factory=ReadAhead)
     # The application and queue rows by (application id, queue id): shared by the contexts ``contexts_read`` makes.
     quotas_read: dict[tuple[str, str], tuple[Application, Queue]] = field(default_factory=dict)
 
@@ -74,11 +88,9 @@ class Context:
         ids = [i for i in ids if i is not None]
         if self.locks is not None:
             return self.locks.lock(level, ids)
-        if level == Level.ACTIVATION and ids and all(i in self.activations_read for i in ids):
-            found = {i: self.activations_read[i] for i in ids}
-            for i in found:  # given once: a later read reads again
-                del self.activations_read[i]
-            return found
+        ahead = self.ahead.rows.get(level, {})
+        if ids and all(i in ahead for i in ids):
+            return {i: ahead.pop(i) for i in set(ids)}
         return {row.pk: row for row in _PLAIN_MODELS[level].objects.filter(pk__in=ids)} if ids else {}
 
     def instance_steps(self) -> list[Step]:
@@ -142,8 +154,9 @@ def context_open(
 def contexts_read(*, identity: Identity, instance_ids: list[str]) -> dict[str, Context | WeaveError]:
     """The unlocked contexts of many instances (an eligibility's), each judged as ``context_open`` judges it
     (or the refusal it raises), from one read per table: a page of instances costs as much as one."""
-    first_blocking = Subquery(_blocking(OuterRef("pk"))[:1])
-    instances = WorkflowInstance.objects.filter(pk__in=instance_ids).annotate(blocking=first_blocking).in_bulk()
+    # The first record in each blocking state: a seek each (a search for both at once walks the instance's inbox).
+    firsts = {state: Subquery(_blocking(OuterRef("pk")).filter(state=state).values("pk")[:1]) for state in _BLOCKING}
+    instances = WorkflowInstance.objects.filter(pk__in=instance_ids).annotate(**firsts).in_bulk()
     definitions = WorkflowDefinition.objects.in_bulk({i.definition_id for i in instances.values()})
     gates = Gate.objects.in_bulk(list(instances))
     contexts, quotas_read = {}, {}
@@ -157,7 +170,8 @@ def contexts_read(*, identity: Identity, instance_ids: list[str]) -> dict[str, C
             )
             if refusal := not_in_review(instance):
                 raise refusal
-            _inbox_check(instance.blocking)
+            found = [(getattr(instance, state), state) for state in _BLOCKING if getattr(instance, state) is not None]
+            _inbox_check(min(found)[1] if found else None)
             gate = gates.get(instance_id)
             ctx = _context(identity=identity, instance=instance, definition=definition, gate=gate, locks=None)
             ctx.quotas_read = quotas_read
@@ -169,7 +183,7 @@ def contexts_read(*, identity: Identity, instance_ids: list[str]) -> dict[str, C
 
 def _blocking(instance_id) -> QuerySet:
     """The states of the instance's inbox records that block recovery, the first record's first."""
-    blocking = InboxRecord.objects.filter(state__in=[InboxState.PENDING, InboxState.QUARANTINED])
+    blocking = InboxRecord.objects.filter(state__in=_BLOCKING)
     return blocking.filter(instance_id=instance_id).order_by("pk").values_list("state", flat=True)
 
 

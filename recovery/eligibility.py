@@ -13,13 +13,13 @@ from django.db.models import F
 from core.errors import NotFound, WeaveError
 from core.identity import Identity
 from core.ids import ROOT_STEP_KEY
-from history.models import Activation, Step, StepKind, Task, TaskState, WorkflowInstance
+from history.models import Step, StepKind, Task, TaskState, WorkflowInstance
 from history.selectors.access import instance_get_readable
 from recovery.commands import instance_id_check
 from recovery.context import Context, context_open, contexts_read, not_in_review
 from recovery.operations import OPERATIONS
 from recovery.pipeline import Operation, plan_preview
-from recovery.step_history import index_probes
+from recovery.step_history import read_ahead
 
 _PREVIEW_REASON = "preview"
 
@@ -124,40 +124,13 @@ def eligibilities(*, identity: Identity, instances: list[WorkflowInstance]) -> d
     for step in Step.objects.filter(instance_id__in=ids):
         steps[step.instance_id][step.key] = step
     review_tasks = _review_tasks_by_step(ids)
-    # The steps whose history a step operation reads: those activated, ROOT aside.
-    active = [
-        s
-        for of_instance in steps.values()
-        for s in of_instance.values()
-        if s.current_activation_id and s.kind != StepKind.ROOT
-    ]
-    probes = index_probes([s.id for s in active])
-    wanted = {s.current_activation_id for s in active} | {p["first_id"] for p in probes.values() if p["low"] == 1}
-    activations = Activation.objects.in_bulk([i for i in wanted if i])
+    read_ahead([(ctx, steps[i]) for i, ctx in contexts.items() if isinstance(ctx, Context)])
     judged = {}
     for instance in instances:
         ctx, of_instance = contexts[instance.id], steps[instance.id]
-        if isinstance(ctx, Context):
-            _read_for(ctx, of_instance, probes, activations)
         tasks = {task.id: task for step in of_instance.values() for task in review_tasks.get(step.id, [])}
         judged[instance.id] = Judged(_judged(ctx, instance, of_instance.values(), review_tasks), of_instance, tasks)
     return judged
-
-
-def _read_for(ctx: Context, steps: dict[str, Step], probes: dict[str, dict], activations: dict) -> None:
-    """Hand a context what the page read of its instance: its steps, and for each activated one the probe of its
-    activation index, whether its current activation is its own, and its first and current activations."""
-    ctx.steps_read.update(steps)
-    ctx.steps_all = list(steps.values())
-    for step in steps.values():
-        if step.id not in probes:
-            continue
-        probe, current = probes[step.id], activations.get(step.current_activation_id)
-        own = current is not None and (current.step_id, current.instance_id) == (step.id, ctx.instance.id)
-        ctx.activations_owned[(step.current_activation_id, step.id)] = own
-        ctx.probes[step.id] = probe
-        ends = (step.current_activation_id, probe["first_id"])
-        ctx.activations_read.update((i, activations[i]) for i in ends if i in activations)
 
 
 def _judged(

@@ -10,10 +10,24 @@ around.
 """
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, reduce
+from operator import or_
 
 from django.db import connection
-from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import (
+    BooleanField,
+    Count,
+    Exists,
+    ExpressionWrapper,
+    F,
+    Max,
+    Min,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+)
 from django.db.models.functions import Coalesce, Collate
 
 from core.errors import Aborted, FailedPrecondition, Unavailable
@@ -66,6 +80,8 @@ class StepHistory:
     first: Activation | None
     wait: Wait | None  # the current activation's wait
     counts: dict | None  # the aggregates of ``_task_counts``, once every task was verified
+    # The tasks the current activation names and the first of them not known settled, when a page read them.
+    unsettled_read: tuple[set[str], Task | None] | None = None
 
     @property
     def counted(self) -> bool:
@@ -94,17 +110,13 @@ class StepHistory:
         """Why some historical task is not known settled (the first by id), or None. A settled task never
         becomes unsettled and no transition starts a task before the step's others settled, so in a counted
         history only the tasks its current activation names can be unsettled."""
-        tasks = self.tasks
-        if self.counted:
-            tasks = Task.objects.filter(pk__in=_frontier_tasks(self.current))
-        running = Exists(Attempt.objects.filter(task_id=OuterRef("pk"), state=AttemptState.RUNNING))
-        task = (
-            tasks.annotate(running=running)
-            .filter(~Q(state__in=TERMINAL_TASK_STATES) | Q(permit_held=True) | Q(running=True))
-            .order_by("pk")
-            .only("pk", "state", "permit_held")
-            .first()
-        )
+        frontier = _frontier_tasks(self.current)
+        if not self.counted:
+            task = _unsettled(self.tasks).first()
+        elif self.unsettled_read is not None and self.unsettled_read[0] == frontier:
+            task = self.unsettled_read[1]
+        else:
+            task = _unsettled(Task.objects.filter(pk__in=frontier)).first()
         if task is None:
             return None
         if task.state not in TERMINAL_TASK_STATES:
@@ -112,6 +124,17 @@ class StepHistory:
         if task.permit_held:
             return f"task {task.pk} still holds its quota permit"
         return f"task {task.pk} has a RUNNING attempt"
+
+
+def _unsettled(tasks: QuerySet[Task]) -> QuerySet[Task]:
+    """Those of ``tasks`` not known settled (not ended, holding a permit or with a RUNNING attempt), by id."""
+    running = Exists(Attempt.objects.filter(task_id=OuterRef("pk"), state=AttemptState.RUNNING))
+    return (
+        tasks.annotate(running=running)
+        .filter(~Q(state__in=TERMINAL_TASK_STATES) | Q(permit_held=True) | Q(running=True))
+        .order_by("pk")
+        .only("pk", "state", "permit_held")
+    )
 
 
 def step_history(ctx: Context, step: Step) -> StepHistory:
@@ -140,14 +163,23 @@ def index_probes(step_ids: list[str]) -> dict[str, dict]:
     whatever the length of the history, for any number of steps in one query."""
     activations = Activation.objects.filter(step_id=OuterRef("pk"))
     lowest = activations.order_by("sequence")
-    other = Q(instance_id__lt=OuterRef("instance_id")) | Q(instance_id__gt=OuterRef("instance_id"))
-    probes = Step.objects.filter(pk__in=step_ids).values(
-        "pk",
-        low=Subquery(lowest.values("sequence")[:1]),
-        first_id=Subquery(lowest.values("id")[:1]),
-        high=Subquery(activations.order_by("-sequence").values("sequence")[:1]),
-        current=Subquery(activations.filter(pk=OuterRef("current_activation_id")).values("sequence")),
-        foreign=Exists(activations.filter(other)),
+    # Another instance's activation sorts before or after the step's own instance: two seeks (a search for any
+    # instance but its own walks every activation of the step).
+    foreign = Q(lowest_instance__lt=F("instance_id")) | Q(highest_instance__gt=F("instance_id"))
+    probes = (
+        Step.objects.filter(pk__in=step_ids)
+        .alias(
+            lowest_instance=Subquery(activations.order_by("instance_id").values("instance_id")[:1]),
+            highest_instance=Subquery(activations.order_by("-instance_id").values("instance_id")[:1]),
+        )
+        .values(
+            "pk",
+            low=Subquery(lowest.values("sequence")[:1]),
+            first_id=Subquery(lowest.values("id")[:1]),
+            high=Subquery(activations.order_by("-sequence").values("sequence")[:1]),
+            current=Subquery(activations.filter(pk=OuterRef("current_activation_id")).values("sequence")),
+            foreign=ExpressionWrapper(foreign, output_field=BooleanField()),
+        )
     )
     return {probe.pop("pk"): probe for probe in probes}
 
@@ -174,16 +206,95 @@ def _frontier_sound(ctx: Context, step: Step, spec: dict, *activations: Activati
     frontier = _frontier_tasks(*activations)
     if not frontier:
         return True
+    read = ctx.ahead.frontiers.pop(step.id, None)
+    if read is not None and read[0] == frontier:
+        return frontier <= read[1]
+    return Task.objects.filter(_owned_placed(ctx, step, spec, frontier)).count() == len(frontier)
+
+
+def _owned_placed(ctx: Context, step: Step, spec: dict, task_ids: set[str]) -> Q:
+    """Those of ``task_ids`` owned by the step both ways and placed as its spec says."""
     on_queue, of_namespace = _placed(ctx.instance, spec)
-    owned = tasks_owned_by_step(instance=ctx.instance, step=step)
-    return Task.objects.filter(owned & on_queue & of_namespace, pk__in=frontier).count() == len(frontier)
+    return Q(pk__in=task_ids) & tasks_owned_by_step(instance=ctx.instance, step=step) & on_queue & of_namespace
+
+
+def read_ahead(pages: list[tuple[Context, dict[str, Step]]]) -> None:
+    """Hand each context (with its steps by key) what the checks of its steps read one by one, read for all of
+    them at once: for each activated step, ROOT aside, the probe of its activation index, whether its current
+    activation is its own, its first and current activations, and for those of a known spec the tasks these name,
+    which of them the step owns and placed, the first not known settled and the attempt rows of the current one."""
+    active = [(c, s) for c, steps in pages for s in steps.values() if s.current_activation_id]
+    active = [(c, s) for c, s in active if s.kind != StepKind.ROOT]
+    probes = index_probes([s.id for _, s in active])
+    wanted = {s.current_activation_id for _, s in active} | {p["first_id"] for p in probes.values() if p["low"] == 1}
+    activations = Activation.objects.in_bulk([i for i in wanted if i])
+    for ctx, steps in pages:
+        ctx.steps_read.update(steps)
+        ctx.steps_all = list(steps.values())
+    ends = []
+    for ctx, step in active:
+        probe, current = probes[step.id], activations.get(step.current_activation_id)
+        first = activations.get(probe["first_id"]) if probe["low"] == 1 else None
+        own = current is not None and (current.step_id, current.instance_id) == (step.id, ctx.instance.id)
+        ctx.activations_owned[(step.current_activation_id, step.id)] = own
+        ctx.ahead.probes[step.id] = probe
+        ctx.ahead.rows.setdefault(Level.ACTIVATION, {}).update((a.id, a) for a in (first, current) if a is not None)
+        ends.append(_Ends(ctx, step, first, current))
+    _tasks_read_ahead(ends)
+
+
+@dataclass
+class _Ends:
+    """A step of a page with its first and current activations, as ``read_ahead`` read them."""
+
+    ctx: Context
+    step: Step
+    first: Activation | None
+    current: Activation | None
+
+    @property
+    def frontier(self) -> set[str]:
+        return _frontier_tasks(self.first, self.current)
+
+    @property
+    def named(self) -> set[str]:
+        return _frontier_tasks(self.current)
+
+
+def _tasks_read_ahead(ends: list[_Ends]) -> None:
+    known, owned = [], []
+    for end in ends:
+        try:
+            spec = end.ctx.step_spec(end.step)
+        except Unavailable:
+            continue  # refused by the check itself, before it reads any task
+        known.append(end)
+        if end.frontier:
+            owned.append(_owned_placed(end.ctx, end.step, spec, end.frontier))
+    # A task is owned by one step at most: the step of its source activation.
+    sound = Task.objects.filter(reduce(or_, owned)).values_list("pk", "source_activation__step_id") if owned else []
+    sound = set(sound)
+    unsettled = list(_unsettled(Task.objects.filter(pk__in=set().union(*(end.named for end in known)))))
+    chains = [end for end in known if end.step.kind == StepKind.TASK]
+    tasks = Task.objects.in_bulk({a.task_id for end in chains for a in (end.first, end.current) if a and a.task_id})
+    last = {end.current.task_id for end in chains if end.current is not None and end.current.task_id in tasks}
+    attempts = Attempt.objects.filter(task_id__in=last).values("task_id").annotate(n=Count("id"))
+    rows = {task_id: 0 for task_id in last} | {row["task_id"]: row["n"] for row in attempts}
+    for end in known:
+        ahead = end.ctx.ahead
+        ahead.frontiers[end.step.id] = (end.frontier, {t for t, s in sound if s == end.step.id})
+        ahead.unsettled[end.step.id] = (end.named, next((t for t in unsettled if t.pk in end.named), None))
+    for end in chains:
+        ids = {a.task_id for a in (end.first, end.current) if a is not None and a.task_id in tasks}
+        end.ctx.ahead.rows.setdefault(Level.TASK, {}).update((i, tasks[i]) for i in ids)
+        end.ctx.ahead.attempt_rows.update((i, rows[i]) for i in ids & last)
 
 
 def _step_history_load(ctx: Context, step: Step) -> StepHistory:
     spec = ctx.step_spec(step)
     instance = ctx.instance
     n = step.activation_count
-    probe = ctx.probes.pop(step.id, None) or index_probes([step.id])[step.id]
+    probe = ctx.ahead.probes.pop(step.id, None) or index_probes([step.id])[step.id]
     if probe["foreign"]:
         raise Unavailable(f"an activation of step {step.key!r} belongs to another instance")
     counted = (probe["low"], probe["high"], probe["current"]) == ((1, n, n) if n else (None, None, None))
@@ -222,6 +333,7 @@ def _step_history_load(ctx: Context, step: Step) -> StepHistory:
         first=first,
         wait=wait,
         counts=None if counted else _verify_tasks(ctx, step, spec),
+        unsettled_read=ctx.ahead.unsettled.pop(step.id, None),
     )
 
 

@@ -1,8 +1,11 @@
 """What the plan tests read from MariaDB's own account of a query it ran (ANALYZE FORMAT=JSON)."""
 
 import json
+import re
 
 from django.db import connection
+
+_CONDITION = re.compile(r'^(\s*"\w*condition": )".*"(,?)$', re.MULTILINE)
 
 
 def analysed(sql: str, params=None) -> tuple[list[dict], str]:
@@ -22,4 +25,7 @@ def analysed(sql: str, params=None) -> tuple[list[dict], str]:
             for value in node:
                 yield from tables(value)
 
-    return list(tables(json.loads(report))), report
+    # MariaDB prints a condition's text unescaped (a JSON path's quotes break the document): the plan tests read
+    # the rows and keys, never the conditions.
+    readable = _CONDITION.sub(r'\1"…"\2', report)
+    return list(tables(json.loads(readable))), report

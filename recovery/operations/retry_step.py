@@ -129,13 +129,15 @@ def _handler_check(history: StepHistory, first: Task) -> None:
         raise Unavailable(f"task {first.id} does not run the step's fixed handler")
 
 
-def _counted_chain(history: StepHistory, chain: Chain) -> bool:
+def _counted_chain(ctx: Context, history: StepHistory, chain: Chain) -> bool:
     """A counted TASK step's chain from its ends: its last link checked as ``_link_problem`` checks every
     link (against the previous activation's task) and the attempts from the step's counter. False when
     anything disagrees: the caller then checks every link."""
     n, previous, first = history.activation_count, chain.previous, chain.original
     before = history.tasks.filter(source_activation__sequence=n - 1).first() if n > 1 else None
-    rows = Attempt.objects.filter(task_id=previous.id).count()
+    rows = ctx.ahead.attempt_rows.pop(previous.id, None)
+    if rows is None:
+        rows = Attempt.objects.filter(task_id=previous.id).count()
     if (n > 1 and before is None) or _link_problem(previous, rows, before, first, chain.budget):
         return False
     # Each retry got what its chain left, so the attempts before it are what its max_attempts lacks.
@@ -162,7 +164,7 @@ def _task_chain(ctx: Context, history: StepHistory) -> Chain:
     loaded = ctx.rows(Level.TASK, ends.values())
     if history.counted and ends.get(1) in loaded and ends.get(n) in loaded:
         chain.original, chain.previous = loaded[ends[1]], loaded[ends[n]]
-        if _counted_chain(history, chain):
+        if _counted_chain(ctx, history, chain):
             return chain
     counts = history.counts_verify(ctx)
     if not counts["n"] == counts["sources"] == n:

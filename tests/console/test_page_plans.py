@@ -18,16 +18,22 @@ from console import audit
 from console.admins.base import CappedCountPaginator
 from core.ids import new_id
 from history.models import (
+    Activation,
+    InboxRecord,
+    InboxSource,
+    InboxState,
     InstanceState,
     Operator,
     ReviewCause,
     Scope,
+    Step,
     Task,
     TaskState,
     WorkflowInstance,
     WorkflowOperation,
 )
 from testkit import states
+from testkit.histories import retry_chain_state
 from tests.conftest import bearer
 from tests.plans import analysed
 
@@ -101,10 +107,11 @@ def fleet(tenancy, issue_token):
         )
         for n, instance_id in enumerate(instances)
     )
+    _long_history_first(tenancy)
     with connection.cursor() as cursor:
         # Exact statistics, the same every run: the engine-independent ones MariaDB prefers over InnoDB's, which
         # sample a few random pages.
-        for model in (WorkflowInstance, Task, WorkflowOperation):
+        for model in (WorkflowInstance, Task, WorkflowOperation, Activation, InboxRecord):
             cursor.execute(f"ANALYZE TABLE {model._meta.db_table} PERSISTENT FOR ALL")
             cursor.fetchall()
     user = User.objects.create_user("olga", password="pw", is_staff=True, is_superuser=True)
@@ -113,6 +120,20 @@ def fleet(tenancy, issue_token):
     client.force_login(user)
     token = issue_token(scopes=[Scope.READ, Scope.AUDIT_READ]).token
     return client, token, failed
+
+
+def _long_history_first(tenancy) -> None:
+    """The oldest review on the home: a step retried ROWS times, its counters kept as the engine keeps them, and an
+    instance whose inbox consumed ROWS records. The page's checks on it seek the ends of both, never walk them."""
+    state = retry_chain_state(tenancy, ROWS)
+    Step.objects.filter(pk=state.steps["charge"].pk).update(activation_count=ROWS, attempts_before=ROWS - 1)
+    WorkflowInstance.objects.filter(pk=state.instance.pk).update(review_since=T0 - dt.timedelta(days=1))
+    InboxRecord.objects.bulk_create(
+        InboxRecord(
+            instance=state.instance, source_kind=InboxSource.SIGNAL, source_id=new_id(), state=InboxState.CONSUMED
+        )
+        for _ in range(ROWS)
+    )
 
 
 def _heaviest(get) -> list[tuple[float, str]]:

@@ -1,15 +1,19 @@
 """Eligibility and preview: the operations' own checks run without writing, and agree with the commit."""
 
 import pytest
+from django.db.models import F
 
 from core import clock
 from core.ids import new_id
 from history.models import (
+    Attempt,
+    AttemptState,
     Gate,
     InboxRecord,
     InboxSource,
     InboxState,
     InstanceState,
+    Queue,
     Step,
     Task,
     TaskState,
@@ -20,6 +24,7 @@ from recovery.eligibility import eligibilities, instance_eligibility, operation_
 from recovery.operations import step_retry
 from testkit import requests as rq
 from testkit import states
+from testkit.histories import retry_chain_state
 from tests.recovery.digest import assert_refused, history_digest
 
 pytestmark = pytest.mark.django_db
@@ -168,6 +173,53 @@ def test_many_instances_are_judged_together_exactly_as_each_alone(tenancy, recov
         "the inbox holds a QUARANTINED record: corruption no declaration can release",
         "the instance has no gate",
     }
+
+
+def _other_queue(task: Task) -> None:
+    queue = Queue.objects.create(namespace_id=task.namespace_id, name=f"ledger-{task.pk[-8:]}")
+    Task.objects.filter(pk=task.pk).update(queue=queue)
+
+
+# What can be wrong with a task a step's first or current activation names, each judged by a check the page reads
+# for all its rows at once: which tasks are settled, owned and placed, and their attempt rows.
+FRONTIER_TROUBLES = {
+    "permit held": lambda task: Task.objects.filter(pk=task.pk).update(permit_held=True),
+    "attempt running": lambda task: Attempt.objects.filter(task_id=task.pk).update(state=AttemptState.RUNNING),
+    "leased": lambda task: Task.objects.filter(pk=task.pk).update(state=TaskState.LEASED),
+    "on another queue": _other_queue,
+    "attempts miscounted": lambda task: Task.objects.filter(pk=task.pk).update(attempt_count=F("attempt_count") + 1),
+}
+TROUBLE_REASONS = {
+    "permit held": "still holds its quota permit",
+    "attempt running": "has a RUNNING attempt",
+    "leased": "is LEASED: review it or let it finish first",
+    "on another queue": "is not on the step's fixed queue",
+    "attempts miscounted": "attempts but has other attempt rows",
+}
+
+
+def test_troubled_chain_ends_are_judged_together_exactly_as_each_alone(tenancy, recoverer, monkeypatch):
+    # A counted step (one activation, its counters agreeing) is judged from its frontier, which the page reads for
+    # all rows at once; a history built without counters is verified whole. Both come out as each alone.
+    built = {}
+    for name, trouble in FRONTIER_TROUBLES.items():
+        counted = states.task_failed_state(tenancy, attempts_used=2)
+        trouble(counted.task)
+        verified = retry_chain_state(tenancy, 3)
+        trouble(verified.tasks[-1])
+        built[name, "counted"], built[name, "verified"] = counted, verified
+    sound = states.task_failed_state(tenancy, attempts_used=2)
+    frozen = clock.now()
+    monkeypatch.setattr(clock, "now", lambda: frozen)
+    ids = [state.instance.id for state in (*built.values(), sound)]
+    judged = eligibilities(identity=recoverer, instances=list(WorkflowInstance.objects.filter(pk__in=ids)))
+    for key, state in built.items():
+        alone = instance_eligibility(identity=recoverer, instance_id=state.instance.id)
+        assert judged[state.instance.id].eligibility == alone, key
+        task = state.task if key[1] == "counted" else state.tasks[-1]
+        reason = alone["steps"]["charge"]["retry-step"]["reason"]
+        assert reason.startswith(f"task {task.id} ") and reason.endswith(TROUBLE_REASONS[key[0]]), (key, reason)
+    assert judged[sound.instance.id].eligibility["steps"]["charge"]["retry-step"]["possible"] is True
 
 
 def test_an_instance_of_another_namespace_is_judged_not_found_among_the_others(tenancy, recoverer):
