@@ -116,6 +116,9 @@ class WorkflowInstance(StateFollowed):
             models.Index(fields=["namespace", "paused", "updated_at", "id"], name="instance_ns_paused_updated"),
             models.Index(fields=["namespace", "stop_kind", "updated_at", "id"], name="instance_ns_stop_updated"),
             models.Index(fields=["namespace", "review_since", "id"], name="instance_ns_review_since"),
+            # The review queue, the longest waiting first: a range from its first row. On the index above MariaDB
+            # walks every instance of the namespace outside review to reach them (an index condition, not a range).
+            models.Index(fields=["namespace", "state", "review_since", "id"], name="instance_ns_state_since"),
             models.Index(fields=["namespace", "review_cause", "review_since", "id"], name="instance_ns_cause_since"),
             models.Index(
                 fields=["namespace", "failure_signature", "review_since", "id"], name="instance_ns_signature_since"
