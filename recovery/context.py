@@ -49,12 +49,13 @@ _PLAIN_MODELS = {
 
 @dataclass
 class ReadAhead:
-    """What the checks of a context's steps read one by one, read for every instance of a page at once
-    (``step_history.read_ahead``). Each entry is handed out once: a later read reads again."""
+    """What the checks of a context read one by one, read for every instance of a page at once (its eligibility,
+    ``step_history.read_ahead``): the rows, for every check of the context; the rest once, for the first asking."""
 
     probes: dict[str, dict] = field(default_factory=dict)  # by step id: its activation index probe
-    rows: dict[Level, dict[str, Activation | Task]] = field(default_factory=dict)  # by level and id
+    rows: dict[Level, dict[str, Step | Activation | Task]] = field(default_factory=dict)  # by level and id
     attempt_rows: dict[str, int] = field(default_factory=dict)  # by task id: its attempt rows
+    running: dict[str, bool] = field(default_factory=dict)  # by task id: whether it has a RUNNING attempt
     # By step id: the tasks its first and current activations name, and those owned by the step and placed.
     frontiers: dict[str, tuple[set[str], set[str]]] = field(default_factory=dict)
     # By step id: the tasks its current activation names, and the first of them not known settled.
@@ -90,8 +91,16 @@ class Context:
             return self.locks.lock(level, ids)
         ahead = self.ahead.rows.get(level, {})
         if ids and all(i in ahead for i in ids):
-            return {i: ahead.pop(i) for i in set(ids)}
+            return {i: ahead[i] for i in ids}
         return {row.pk: row for row in _PLAIN_MODELS[level].objects.filter(pk__in=ids)} if ids else {}
+
+    def row_where(self, level: Level, pk: str | None, **columns) -> Step | Activation | Task | None:
+        """The row ``pk`` when its ``columns`` hold these values, else None, plainly read even when committing. A row
+        read ahead answers when it matches; one that does not is read again, so that the table decides a refusal."""
+        read = self.ahead.rows.get(level, {}).get(pk)
+        if read is not None and all(getattr(read, name) == value for name, value in columns.items()):
+            return read
+        return _PLAIN_MODELS[level].objects.filter(pk=pk, **columns).first()
 
     def instance_steps(self) -> list[Step]:
         """The instance's steps, ROOT aside, by key (plainly read: a step decision locks its own step)."""

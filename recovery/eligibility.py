@@ -13,7 +13,8 @@ from django.db.models import F
 from core.errors import NotFound, WeaveError
 from core.identity import Identity
 from core.ids import ROOT_STEP_KEY
-from history.models import Step, StepKind, Task, TaskState, WorkflowInstance
+from history.locking import Level
+from history.models import Attempt, AttemptState, Step, StepKind, Task, TaskState, WorkflowInstance
 from history.selectors.access import instance_get_readable
 from recovery.commands import instance_id_check
 from recovery.context import Context, context_open, contexts_read, not_in_review
@@ -124,13 +125,25 @@ def eligibilities(*, identity: Identity, instances: list[WorkflowInstance]) -> d
     for step in Step.objects.filter(instance_id__in=ids):
         steps[step.instance_id][step.key] = step
     review_tasks = _review_tasks_by_step(ids)
-    read_ahead([(ctx, steps[i]) for i, ctx in contexts.items() if isinstance(ctx, Context)])
+    opened = {i: ctx for i, ctx in contexts.items() if isinstance(ctx, Context)}
+    read_ahead([(ctx, steps[i]) for i, ctx in opened.items()])
+    _review_read_ahead(opened, steps, review_tasks)
     judged = {}
     for instance in instances:
         ctx, of_instance = contexts[instance.id], steps[instance.id]
         tasks = {task.id: task for step in of_instance.values() for task in review_tasks.get(step.id, [])}
         judged[instance.id] = Judged(_judged(ctx, instance, of_instance.values(), review_tasks), of_instance, tasks)
     return judged
+
+
+def _review_read_ahead(contexts: dict[str, Context], steps: dict[str, dict[str, Step]], review_tasks: dict) -> None:
+    """Hand each context the tasks in review of its steps, and whether each has a RUNNING attempt."""
+    tasks = {i: [t for s in steps[i].values() for t in review_tasks.get(s.id, [])] for i in contexts}
+    ids = [t.id for of_instance in tasks.values() for t in of_instance]
+    running = set(Attempt.objects.filter(task_id__in=ids, state=AttemptState.RUNNING).values_list("task_id", flat=True))
+    for instance_id, ctx in contexts.items():
+        ctx.ahead.rows.setdefault(Level.TASK, {}).update((t.id, t) for t in tasks[instance_id])
+        ctx.ahead.running.update((t.id, t.id in running) for t in tasks[instance_id])
 
 
 def _judged(

@@ -231,6 +231,7 @@ def read_ahead(pages: list[tuple[Context, dict[str, Step]]]) -> None:
     for ctx, steps in pages:
         ctx.steps_read.update(steps)
         ctx.steps_all = list(steps.values())
+        ctx.ahead.rows.setdefault(Level.STEP, {}).update((s.id, s) for s in steps.values())
     ends = []
     for ctx, step in active:
         probe, current = probes[step.id], activations.get(step.current_activation_id)

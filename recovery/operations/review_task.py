@@ -20,7 +20,6 @@ from history.models import (
     AttemptState,
     ExecutionAudit,
     ResultKind,
-    Step,
     StepKind,
     Task,
     TaskState,
@@ -54,9 +53,8 @@ class ReviewPlan(Plan):
 
 
 def _task_under_instance(ctx: Context, task_id: str) -> Task:
-    task = Task.objects.filter(
-        pk=task_id, namespace_id=ctx.instance.namespace_id, source_instance_id=ctx.instance.id
-    ).first()
+    instance = ctx.instance
+    task = ctx.row_where(Level.TASK, task_id, namespace_id=instance.namespace_id, source_instance_id=instance.id)
     if task is None:
         raise NotFound(f"no task {task_id} in this instance")
     return task
@@ -104,8 +102,8 @@ class ReviewTask(Operation):
         seen = _task_under_instance(ctx, command.task_id)
         ctx.require_revision(command.expected_revision)
         _require_task_revision(seen, command.expected_task_revision)
-        source = Activation.objects.filter(pk=seen.source_activation_id, instance_id=ctx.instance.id).first()
-        step = Step.objects.filter(pk=source.step_id, instance_id=ctx.instance.id).first() if source else None
+        source = ctx.row_where(Level.ACTIVATION, seen.source_activation_id, instance_id=ctx.instance.id)
+        step = ctx.row_where(Level.STEP, source.step_id, instance_id=ctx.instance.id) if source else None
         if step is None:
             raise Unavailable(f"task {seen.id} names a source activation that is not in this instance")
         history = step_history(ctx, step)
@@ -113,7 +111,10 @@ class ReviewTask(Operation):
         _require_task_revision(task, command.expected_task_revision)
         if task.state != TaskState.NEEDS_REVIEW:
             raise FailedPrecondition(f"task {task.id} is {task.state}; only a NEEDS_REVIEW task can be reviewed")
-        if Attempt.objects.filter(task_id=task.id, state=AttemptState.RUNNING).exists():
+        running = ctx.ahead.running.pop(task.id, None)
+        if running is None:
+            running = Attempt.objects.filter(task_id=task.id, state=AttemptState.RUNNING).exists()
+        if running:
             raise FailedPrecondition(f"task {task.id} has a RUNNING attempt: its execution has not ended")
         quota = ctx.quota_rows(task) if task.permit_held else None
         if quota is not None and any(row.active_tasks < 1 for row in quota):

@@ -6,6 +6,7 @@ from django.db.models import F
 from core import clock
 from core.ids import new_id
 from history.models import (
+    Activation,
     Attempt,
     AttemptState,
     Gate,
@@ -201,14 +202,14 @@ TROUBLE_REASONS = {
 def test_troubled_chain_ends_are_judged_together_exactly_as_each_alone(tenancy, recoverer, monkeypatch):
     # A counted step (one activation, its counters agreeing) is judged from its frontier, which the page reads for
     # all rows at once; a history built without counters is verified whole. Both come out as each alone.
+    # Built first: building runs the engine's passes, which would settle an attempt made RUNNING.
     built = {}
-    for name, trouble in FRONTIER_TROUBLES.items():
-        counted = states.task_failed_state(tenancy, attempts_used=2)
-        trouble(counted.task)
-        verified = retry_chain_state(tenancy, 3)
-        trouble(verified.tasks[-1])
-        built[name, "counted"], built[name, "verified"] = counted, verified
+    for name in FRONTIER_TROUBLES:
+        built[name, "counted"] = states.task_failed_state(tenancy, attempts_used=2)
+        built[name, "verified"] = retry_chain_state(tenancy, 3)
     sound = states.task_failed_state(tenancy, attempts_used=2)
+    for (name, kind), state in built.items():
+        FRONTIER_TROUBLES[name](state.task if kind == "counted" else state.tasks[-1])
     frozen = clock.now()
     monkeypatch.setattr(clock, "now", lambda: frozen)
     ids = [state.instance.id for state in (*built.values(), sound)]
@@ -220,6 +221,43 @@ def test_troubled_chain_ends_are_judged_together_exactly_as_each_alone(tenancy, 
         reason = alone["steps"]["charge"]["retry-step"]["reason"]
         assert reason.startswith(f"task {task.id} ") and reason.endswith(TROUBLE_REASONS[key[0]]), (key, reason)
     assert judged[sound.instance.id].eligibility["steps"]["charge"]["retry-step"]["possible"] is True
+
+
+def _elsewhere(task: Task) -> None:
+    other = namespace_ensure(name="elsewhere", application="app", queues=["payments"])[0]
+    Task.objects.filter(pk=task.pk).update(namespace_id=other.id)
+
+
+# What can be wrong with a task in review, each judged by ReviewTask from rows the page reads for all its rows at once.
+REVIEW_TROUBLES = {
+    "attempt running": (
+        lambda task: Attempt.objects.filter(task_id=task.pk).update(state=AttemptState.RUNNING),
+        "has a RUNNING attempt: its execution has not ended",
+    ),
+    "of another namespace": (_elsewhere, "in this instance"),
+    "sourced in another instance": (
+        lambda task: Activation.objects.filter(pk=task.source_activation_id).update(instance_id=new_id()),
+        "names a source activation that is not in this instance",
+    ),
+}
+
+
+def test_tasks_in_review_are_judged_together_exactly_as_each_alone(tenancy, recoverer, monkeypatch):
+    # Built first: building runs the engine's passes, which would settle an attempt made RUNNING.
+    built = {name: states.task_unknown_state(tenancy) for name in REVIEW_TROUBLES}
+    sound = states.task_unknown_state(tenancy)
+    for name, (trouble, _) in REVIEW_TROUBLES.items():
+        trouble(built[name].task)
+    frozen = clock.now()
+    monkeypatch.setattr(clock, "now", lambda: frozen)
+    ids = [state.instance.id for state in (*built.values(), sound)]
+    judged = eligibilities(identity=recoverer, instances=list(WorkflowInstance.objects.filter(pk__in=ids)))
+    for name, state in built.items():
+        alone = instance_eligibility(identity=recoverer, instance_id=state.instance.id)
+        assert judged[state.instance.id].eligibility == alone, name
+        reason = alone["steps"]["charge"]["review-task"]["reason"]
+        assert state.task.id in reason and reason.endswith(REVIEW_TROUBLES[name][1]), (name, reason)
+    assert judged[sound.instance.id].eligibility["steps"]["charge"]["review-task"]["possible"] is True
 
 
 def test_an_instance_of_another_namespace_is_judged_not_found_among_the_others(tenancy, recoverer):
