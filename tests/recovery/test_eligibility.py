@@ -210,17 +210,24 @@ def test_troubled_chain_ends_are_judged_together_exactly_as_each_alone(tenancy, 
     sound = states.task_failed_state(tenancy, attempts_used=2)
     for (name, kind), state in built.items():
         FRONTIER_TROUBLES[name](state.task if kind == "counted" else state.tasks[-1])
-    frozen = clock.now()
+    judged = _together_as_alone(recoverer, monkeypatch, {**built, "sound": sound})
+    for key, state in built.items():
+        task = state.task if key[1] == "counted" else state.tasks[-1]
+        reason = judged[key]["steps"]["charge"]["retry-step"]["reason"]
+        assert reason.startswith(f"task {task.id} ") and reason.endswith(TROUBLE_REASONS[key[0]]), (key, reason)
+    assert judged["sound"]["steps"]["charge"]["retry-step"]["possible"] is True
+
+
+def _together_as_alone(recoverer, monkeypatch, built: dict) -> dict:
+    """Each state's instance judged together with the others, asserted equal to it judged alone, by key."""
+    frozen = clock.now()  # the previews name times: both judgements read the same now
     monkeypatch.setattr(clock, "now", lambda: frozen)
-    ids = [state.instance.id for state in (*built.values(), sound)]
+    ids = [state.instance.id for state in built.values()]
     judged = eligibilities(identity=recoverer, instances=list(WorkflowInstance.objects.filter(pk__in=ids)))
     for key, state in built.items():
         alone = instance_eligibility(identity=recoverer, instance_id=state.instance.id)
         assert judged[state.instance.id].eligibility == alone, key
-        task = state.task if key[1] == "counted" else state.tasks[-1]
-        reason = alone["steps"]["charge"]["retry-step"]["reason"]
-        assert reason.startswith(f"task {task.id} ") and reason.endswith(TROUBLE_REASONS[key[0]]), (key, reason)
-    assert judged[sound.instance.id].eligibility["steps"]["charge"]["retry-step"]["possible"] is True
+    return {key: judged[state.instance.id].eligibility for key, state in built.items()}
 
 
 def _elsewhere(task: Task) -> None:
@@ -248,16 +255,11 @@ def test_tasks_in_review_are_judged_together_exactly_as_each_alone(tenancy, reco
     sound = states.task_unknown_state(tenancy)
     for name, (trouble, _) in REVIEW_TROUBLES.items():
         trouble(built[name].task)
-    frozen = clock.now()
-    monkeypatch.setattr(clock, "now", lambda: frozen)
-    ids = [state.instance.id for state in (*built.values(), sound)]
-    judged = eligibilities(identity=recoverer, instances=list(WorkflowInstance.objects.filter(pk__in=ids)))
+    judged = _together_as_alone(recoverer, monkeypatch, {**built, "sound": sound})
     for name, state in built.items():
-        alone = instance_eligibility(identity=recoverer, instance_id=state.instance.id)
-        assert judged[state.instance.id].eligibility == alone, name
-        reason = alone["steps"]["charge"]["review-task"]["reason"]
+        reason = judged[name]["steps"]["charge"]["review-task"]["reason"]
         assert state.task.id in reason and reason.endswith(REVIEW_TROUBLES[name][1]), (name, reason)
-    assert judged[sound.instance.id].eligibility["steps"]["charge"]["review-task"]["possible"] is True
+    assert judged["sound"]["steps"]["charge"]["review-task"]["possible"] is True
 
 
 def test_an_instance_of_another_namespace_is_judged_not_found_among_the_others(tenancy, recoverer):
