@@ -120,6 +120,10 @@ def dumps(value: Any, *, sort_keys: bool = False, indent: int | None = None) -> 
     return "".join(parts)
 
 
+# What json.dumps(text, ensure_ascii=False) writes for a string, without building an encoder each time.
+_string = json.encoder.encode_basestring
+
+
 def _deeper(depth: int) -> int:
     if depth >= _WRITE_DEPTH:
         raise TooDeep(f"JSON is nested deeper than {_WRITE_DEPTH} levels")
@@ -132,7 +136,7 @@ def _write(value: Any, out: list[str], depth: int, sort_keys: bool, indent: str)
     elif isinstance(value, Raw):
         out.append(value.text)
     elif isinstance(value, str):
-        out.append(json.dumps(value, ensure_ascii=False))
+        out.append(_string(value))
     elif value is None:
         out.append("null")
     elif value is True:
@@ -151,7 +155,7 @@ def _write(value: Any, out: list[str], depth: int, sort_keys: bool, indent: str)
         if isinstance(value, dict):
             brackets, colon = "{}", ": " if indent else ":"
             members = [
-                (json.dumps(str(key), ensure_ascii=False) + colon, value[key])
+                (_string(str(key)) + colon, value[key])
                 for key in (sorted(value) if sort_keys else value)
             ]
         else:
