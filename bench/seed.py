@@ -19,7 +19,8 @@ import time
 from contextlib import contextmanager
 
 from django.db import connection, transaction
-from django.db.models import JSONField
+from django.db.models import Count, F, JSONField, OuterRef, Subquery
+from django.db.models.functions import Coalesce, Greatest
 
 from bench.database import buffer_pool_mib, database_ready, seed_summary_path
 from core.ids import ROOT_STEP_KEY, new_id
@@ -498,8 +499,10 @@ def insert_select(model, count: int, exprs: dict[str, str]) -> None:
         cursor.execute(sql, params)
 
 
-# Of every 100 instances (by seq % 100): these many are in review since a task failed; the others succeeded.
+# Of every 100 instances (by seq % 100): these many are in review, the first UNKNOWN of them since their task's
+# lease expired (its outcome unknown, its permit kept), the others since a task failed; the others succeeded.
 IN_REVIEW = 5
+UNKNOWN = 2
 # The definitions of each namespace, as (name, version, the attempts of their TASK step): instances spread over
 # them. An instance in review of a one-attempt definition has its step's attempts used up, of the others attempts
 # left, as the engine would have written them: recovery judges the rows as it judges the engine's.
@@ -523,8 +526,9 @@ def _definitions(tenants) -> list[str]:
 
 def seed_instances(tenants, count: int, start: dt.datetime) -> None:
     """One-task instances, generated server side: millions of rows in minutes. Most succeeded; of every 100,
-    IN_REVIEW are in review since their task failed (a cause, a time, the step named, the gate shut), over three
-    definitions per namespace and three business-key prefixes."""
+    IN_REVIEW are in review (a cause, a time, the step named, the gate shut), UNKNOWN of them with their task in
+    review after its lease expired, the others after it failed; over three definitions per namespace and three
+    business-key prefixes. The applications and queues then count the permits the tasks in review keep."""
     salt = new_id()[:8]
 
     def ident(tag: str) -> str:
@@ -541,15 +545,25 @@ def seed_instances(tenants, count: int, start: dt.datetime) -> None:
     def either(in_review: str, otherwise: str) -> str:
         return f"CASE WHEN {review} THEN {in_review} ELSE {otherwise} END"
 
+    def lost(lease_expired: str, failed: str, succeeded: str) -> str:
+        """By the task's fate: its lease expired (in review), it failed (in review), it succeeded."""
+        return f"CASE WHEN seq %% 100 < {UNKNOWN} THEN {lease_expired} ELSE {either(failed, succeeded)} END"
+
     ns = pick([t[0].id for t in tenants])
     when = f"DATE_ADD('{start:%Y-%m-%d %H:%M:%S}', INTERVAL seq * 1000 MICROSECOND)"
-    failed, finished = either("'FAILED'", "'SUCCEEDED'"), either("NULL", when)
+    finished = either("NULL", when)
+    # The step's, activation's and task's state, the task's outcome, the attempt's state, and when they ended.
+    held, outcome = lost("'NEEDS_REVIEW'", "'FAILED'", "'SUCCEEDED'"), lost("''", "'FAILED'", "'SUCCEEDED'")
+    attempt_state, ended = lost("'UNKNOWN'", "'FAILED'", "'SUCCEEDED'"), lost("NULL", when, when)
     instance, step, activation, task, event = (ident(tag) for tag in "isakr")
     common = {"created_at": when, "updated_at": when}
-    cause = f"CASE WHEN {one_attempt} THEN '{m.ReviewCause.TASK_BUDGET_EXHAUSTED}'" + (
-        f" ELSE '{m.ReviewCause.TASK_FAILED_BUDGET_LEFT}' END"
+    cause = lost(
+        f"'{m.ReviewCause.TASK_OUTCOME_UNKNOWN}'",
+        f"CASE WHEN {one_attempt} THEN '{m.ReviewCause.TASK_BUDGET_EXHAUSTED}'"
+        f" ELSE '{m.ReviewCause.TASK_FAILED_BUDGET_LEFT}' END",
+        "''",
     )
-    result = either('\'{"error": "declined"}\'', "'{}'")
+    result = lost("NULL", '\'{"error": "declined"}\'', "'{}'")
     tables = [
         (
             m.WorkflowInstance,
@@ -559,7 +573,7 @@ def seed_instances(tenants, count: int, start: dt.datetime) -> None:
                 "definition_id": pick(definitions),
                 "business_key": f"CONCAT({pick(list(BUSINESS_KEYS))}, seq)",
                 "state": either(f"'{m.InstanceState.NEEDS_REVIEW}'", "'SUCCEEDED'"),
-                "review_cause": either(cause, "''"),
+                "review_cause": cause,
                 "review_since": either(when, "NULL"),
                 "review_step_key": either("'work'", "''"),
                 "input": "'{}'",
@@ -588,7 +602,7 @@ def seed_instances(tenants, count: int, start: dt.datetime) -> None:
                 "instance_id": instance,
                 "key": "'work'",
                 "kind": "'TASK'",
-                "state": failed,
+                "state": held,
                 "current_activation_id": activation,
                 "revision": "3",
                 "activation_count": "1",
@@ -603,12 +617,12 @@ def seed_instances(tenants, count: int, start: dt.datetime) -> None:
                 "step_id": step,
                 "instance_id": instance,
                 "sequence": "1",
-                "state": failed,
+                "state": held,
                 "revision": "3",
                 "task_id": task,
                 "input": "'{}'",
                 "output": either("NULL", "'{}'"),
-                "completed_at": when,
+                "completed_at": ended,
                 **common,
             },
         ),
@@ -621,17 +635,17 @@ def seed_instances(tenants, count: int, start: dt.datetime) -> None:
                 "queue_id": pick([t[2].id for t in tenants]),
                 "handler": "'demo.echo'",
                 "input": "'{}'",
-                "state": failed,
+                "state": held,
                 "revision": "3",
                 "attempt_count": "1",
                 # The first task of a step is allowed the step's attempts.
                 "max_attempts": f"CASE WHEN {one_attempt} THEN 1 ELSE {BUDGET} END",
                 "source_instance_id": instance,
                 "source_activation_id": activation,
-                "outcome": failed,
+                "outcome": outcome,
                 "result": result,
-                "permit_held": "0",
-                "execution_settled": "1",
+                "permit_held": lost("1", "0", "0"),
+                "execution_settled": lost("0", "1", "1"),
                 **common,
             },
         ),
@@ -642,9 +656,9 @@ def seed_instances(tenants, count: int, start: dt.datetime) -> None:
                 "task_id": task,
                 "number": "1",
                 "worker": "'bench'",
-                "state": failed,
+                "state": attempt_state,
                 "started_at": when,
-                "finished_at": when,
+                "finished_at": ended,
                 "result": result,
             },
         ),
@@ -654,8 +668,8 @@ def seed_instances(tenants, count: int, start: dt.datetime) -> None:
                 "id": event,
                 "task_id": task,
                 "seq": "1",
-                "kind": "'RESULT'",
-                "outcome": failed,
+                "kind": lost("'UNKNOWN'", "'RESULT'", "'RESULT'"),
+                "outcome": outcome,
                 "result": result,
                 "task_revision": "3",
                 "created_at": when,
@@ -681,10 +695,10 @@ def seed_instances(tenants, count: int, start: dt.datetime) -> None:
     subjects = (
         ("instance", instance, "''", either(f"'{m.InstanceState.NEEDS_REVIEW}'", "'SUCCEEDED'")),
         ("step", ident("o"), f"'{ROOT_STEP_KEY}'", either("'ACTIVE'", "'SUCCEEDED'")),
-        ("step", step, "'work'", failed),
-        ("activation", activation, "'work'", failed),
-        ("task", task, "'work'", failed),
-        ("attempt", ident("t"), "'work'", failed),
+        ("step", step, "'work'", held),
+        ("activation", activation, "'work'", held),
+        ("task", task, "'work'", held),
+        ("attempt", ident("t"), "'work'", attempt_state),
         ("inbox", ident("x"), "'work'", "'CONSUMED'"),
     )
     for sequence, (subject_type, subject, step_key, state) in enumerate(subjects, start=1):
@@ -707,6 +721,17 @@ def seed_instances(tenants, count: int, start: dt.datetime) -> None:
             with transaction.atomic():
                 insert_select(model, count, exprs)
             progress.add(count)
+    permits_counted()
+
+
+def permits_counted() -> None:
+    """Each application and queue counts the permits its tasks hold, as the engine keeps them (a task in review
+    keeps its permit), and allows at least 100 more, what an idle one allows by default."""
+    for model, charged in ((m.Application, "application"), (m.Queue, "queue")):
+        held = m.Task.objects.filter(permit_held=True, **{charged: OuterRef("pk")}).order_by().values(charged)
+        with transaction.atomic():
+            model.objects.update(active_tasks=Coalesce(Subquery(held.annotate(n=Count("id")).values("n")), 0))
+            model.objects.update(max_active_tasks=Greatest("max_active_tasks", F("active_tasks") + 100))
 
 
 def tenants_ensure() -> list[tuple]:

@@ -154,10 +154,7 @@ def _write(value: Any, out: list[str], depth: int, sort_keys: bool, indent: str)
         depth = _deeper(depth)
         if isinstance(value, dict):
             brackets, colon = "{}", ": " if indent else ":"
-            members = [
-                (_string(str(key)) + colon, value[key])
-                for key in (sorted(value) if sort_keys else value)
-            ]
+            members = [(_string(str(key)) + colon, value[key]) for key in (sorted(value) if sort_keys else value)]
         else:
             brackets, members = "[]", [("", item) for item in value]
         out.append(brackets[0])
