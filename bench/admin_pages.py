@@ -44,6 +44,16 @@ def _pages(seed: dict) -> dict[str, str]:
         "task changelist": "history/task/",
         "workflow audit": "history/workflowoperation/",
         "instance page": f"{instances}{instance}/change/",
+        # The engine's records, as an operator filters them during an incident.
+        "steps": "history/step/",
+        "steps failed": "history/step/?state__exact=FAILED",
+        "steps of a kind": "history/step/?kind__exact=TASK",
+        "activations": "history/activation/",
+        "activations in review": "history/activation/?state__exact=NEEDS_REVIEW",
+        "attempts unknown": "history/attempt/?state__exact=UNKNOWN",
+        "result events unknown": "history/resultevent/?kind__exact=UNKNOWN",
+        "gates": "history/gate/",
+        "gates closed": "history/gate/?open__exact=0",
     }
 
 

@@ -12,6 +12,7 @@ for model, model_admin in admin.site._registry.items():
         (type(model_admin),),
         {
             "paginator": Paginator,
+            "get_paginator": admin.ModelAdmin.get_paginator,
             "show_full_result_count": True,
             "get_changelist": admin.ModelAdmin.get_changelist,
             "sortable_by": None,

@@ -3,7 +3,7 @@ admin with a paginator that never counts a whole big table, and the admin of a n
 
 from django import forms
 from django.contrib import admin
-from django.contrib.admin.views.main import ORDER_VAR, ChangeList
+from django.contrib.admin.views.main import ORDER_VAR, PAGE_VAR, ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.utils.functional import cached_property
@@ -32,14 +32,23 @@ def operator_identity(request, permission: str):
 
 
 class CappedCountPaginator(Paginator):
-    """Counts at most CAP rows, so a changelist over millions of rows never scans them all."""
+    """Counts at most ``cap`` rows (CAP unless given), so a changelist over millions of rows never scans them all;
+    ``capped`` when there are more (the list says "more than")."""
 
     CAP = 10_000
+
+    def __init__(self, *args, cap: int | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.cap = self.CAP if cap is None else cap
 
     @cached_property
     def count(self) -> int:
         # No ORDER BY inside the capped count: it would sort CAP rows just to count them.
-        return self.object_list.order_by()[: self.CAP + 1].count()
+        return self.object_list.order_by()[: self.cap + 1].count()
+
+    @property
+    def capped(self) -> bool:
+        return self.count > self.cap
 
 
 class IndexedChangeList(ChangeList):
@@ -89,6 +98,10 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     paginator = CappedCountPaginator
     show_full_result_count = False
     list_per_page = 50
+    # Never every row of a list on one page ("Show all"), whatever its count: at most the page's own.
+    list_max_show_all = list_per_page
+    # Count only up to this many pages after the one shown (None: up to CAP).
+    pages_counted_ahead: int | None = None
 
     class Media:
         css = {"all": ["console/console.css"]}
@@ -97,6 +110,13 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def get_changelist(self, request, **kwargs):
         return IndexedChangeList
+
+    def get_paginator(self, request, queryset, per_page, orphans=0, allow_empty_first_page=True):
+        cap = None
+        if self.pages_counted_ahead is not None:
+            page = request.GET.get(PAGE_VAR, "1")
+            cap = ((int(page) if page.isdigit() else 1) + self.pages_counted_ahead) * per_page
+        return self.paginator(queryset, per_page, orphans, allow_empty_first_page, cap=cap)
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -115,7 +135,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         # poll rounds a 34-table join MariaDB never finishes planning. Join only the columns shown.
         if self.list_select_related is not False:
             return self.list_select_related
-        foreign_keys = {f.name for f in self.model._meta.fields if f.many_to_one}
+        foreign_keys = {f.name for f in self.model._meta.fields if f.many_to_one or f.one_to_one}
         return tuple(name for name in self.list_display if name in foreign_keys)
 
 

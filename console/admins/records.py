@@ -6,22 +6,29 @@ from console.admins.base import ReadOnlyAdmin
 from history import models
 
 
+class RecordAdmin(ReadOnlyAdmin):
+    """An engine record reaches its namespace through its instance or task: a count checks that row for each
+    row counted, so it stops two pages past the one shown."""
+
+    pages_counted_ahead = 2
+
+
 @admin.register(models.Gate)
-class GateAdmin(ReadOnlyAdmin):
+class GateAdmin(RecordAdmin):
     list_display = ("instance", "open", "revision")
     list_filter = ("open",)
     search_fields = ("=instance__id",)
 
 
 @admin.register(models.Step)
-class StepAdmin(ReadOnlyAdmin):
+class StepAdmin(RecordAdmin):
     list_display = ("key", "instance", "kind", "state", "revision", "updated_at")
     list_filter = ("kind", "state")
     search_fields = ("=id", "=instance__id", "key")
 
 
 @admin.register(models.Activation)
-class ActivationAdmin(ReadOnlyAdmin):
+class ActivationAdmin(RecordAdmin):
     list_display = ("id", "step", "sequence", "state", "revision", "created_at")
     list_filter = ("state",)
     search_fields = ("=id", "=instance__id", "=step__id")
@@ -29,34 +36,34 @@ class ActivationAdmin(ReadOnlyAdmin):
 
 
 @admin.register(models.Attempt)
-class AttemptAdmin(ReadOnlyAdmin):
+class AttemptAdmin(RecordAdmin):
     list_display = ("id", "task", "number", "worker", "state", "lease_expires_at", "finished_at")
     list_filter = ("state",)
     search_fields = ("=id", "=task__id")
 
 
 @admin.register(models.ResultEvent)
-class ResultEventAdmin(ReadOnlyAdmin):
+class ResultEventAdmin(RecordAdmin):
     list_display = ("id", "task", "seq", "kind", "outcome", "task_revision", "created_at")
     list_filter = ("kind",)
     search_fields = ("=id", "=task__id")
 
 
 @admin.register(models.InboxRecord)
-class InboxRecordAdmin(ReadOnlyAdmin):
+class InboxRecordAdmin(RecordAdmin):
     list_display = ("id", "instance", "source_kind", "state", "disposition", "created_at", "consumed_at")
     list_filter = ("state", "source_kind", "disposition")
     search_fields = ("=id", "=instance__id", "=source_id")
 
 
 @admin.register(models.PollRound)
-class PollRoundAdmin(ReadOnlyAdmin):
+class PollRoundAdmin(RecordAdmin):
     list_display = ("id", "activation", "round", "task", "created_at")
     search_fields = ("=id", "=activation__id", "=instance__id")
 
 
 @admin.register(models.Wait)
-class WaitAdmin(ReadOnlyAdmin):
+class WaitAdmin(RecordAdmin):
     list_display = ("id", "step", "kind", "generation", "state", "deadline_at", "winner_signal")
     list_select_related = ("step",)
     list_filter = ("kind", "state")
@@ -64,7 +71,7 @@ class WaitAdmin(ReadOnlyAdmin):
 
 
 @admin.register(models.Continuation)
-class ContinuationAdmin(ReadOnlyAdmin):
+class ContinuationAdmin(RecordAdmin):
     list_display = ("id", "instance", "step_key", "kind", "state", "created_at", "applied_at")
     list_filter = ("state",)
     search_fields = ("=id", "=instance__id")

@@ -33,6 +33,8 @@ class ResultEvent(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["task", "seq"], name="result_event_task_seq")]
+        # The console's result event list of one kind (the unknown outcomes).
+        indexes = [models.Index(fields=["kind"], name="result_event_kind")]
 
 
 class InboxSource(models.TextChoices):

@@ -156,6 +156,10 @@ class Gate(models.Model):
     open = models.BooleanField(default=True)
     revision = Revision()
 
+    class Meta:
+        # The console's gate list, open or shut.
+        indexes = [models.Index(fields=["open"], name="gate_open")]
+
 
 class StepKind(models.TextChoices):
     ROOT = "ROOT"
@@ -196,6 +200,11 @@ class Step(StateFollowed):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["instance", "key"], name="step_instance_key")]
+        # The console's step list by state or kind, newest id first (each index's entries end with the id).
+        indexes = [
+            models.Index(fields=["state"], name="step_state"),
+            models.Index(fields=["kind"], name="step_kind"),
+        ]
 
     def __str__(self) -> str:
         return self.key
@@ -262,6 +271,9 @@ class Activation(StateFollowed):
             models.Index(fields=["state", "next_round_at"], name="activation_state_next_round"),
             # A step's activations of another instance are an empty range of this index when healthy.
             models.Index(fields=["step", "instance"], name="activation_step_instance"),
+            # The console's activation list, the newest first, whole or in one state.
+            models.Index(fields=["created_at"], name="activation_created"),
+            models.Index(fields=["state", "created_at"], name="activation_state_created"),
         ]
 
     def __str__(self) -> str:
@@ -355,4 +367,8 @@ class Attempt(StateFollowed):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["task", "number"], name="attempt_task_number")]
-        indexes = [models.Index(fields=["state", "lease_expires_at"], name="attempt_state_lease")]
+        indexes = [
+            models.Index(fields=["state", "lease_expires_at"], name="attempt_state_lease"),
+            # The console's attempt list in one state, by id as every list breaks ties.
+            models.Index(fields=["state"], name="attempt_state"),
+        ]

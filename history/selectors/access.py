@@ -160,13 +160,21 @@ def visible_definition_ids(identity: Identity) -> list[str]:
     return [pk for pk, queues in rows if identity.can_access_queues(queues)]
 
 
-def _own(model, prefix: str) -> str:
-    """Where a row's namespace is read: its own column when it has one and always names its instance (or task),
-    else along ``prefix`` (a row naming none, such as a receipt of a command on no workflow, stays unseen)."""
-    if not prefix:
-        return ""
+def _own_namespace(model, path: str) -> bool:
+    """Whether a row's own namespace column stands for its instance's (or task's): it has one and always names
+    its parent (a row naming none, such as a receipt of a command on no workflow, stays unseen)."""
     own = any(field.name == "namespace" for field in model._meta.fields)
-    return "" if own and not model._meta.get_field(prefix.removesuffix("__")).null else prefix
+    return own and not model._meta.get_field(path).null
+
+
+def _parent_visible(queryset: QuerySet, path: str, identity: Identity) -> QuerySet:
+    """The rows whose parent along ``path`` (their instance or task) the identity may see, the parent read by its
+    key for each row. Not a join: with one, MariaDB drove a list's newest 50 from the parent table, reading a
+    namespace's 250 000 instances and sorting their rows (48 s for a page of steps at 1M); a correlated lookup
+    leaves the list's own index to set the order and stop at the page's end."""
+    field = queryset.model._meta.get_field(path)
+    parents = visible_rows(field.related_model.objects.all(), identity)
+    return queryset.filter(**{field.attname: Subquery(parents.filter(pk=OuterRef(field.attname)).values("pk")[:1])})
 
 
 def visible_rows(queryset: QuerySet, identity: Identity | None) -> QuerySet:
@@ -174,26 +182,25 @@ def visible_rows(queryset: QuerySet, identity: Identity | None) -> QuerySet:
     if identity is None:
         return queryset.none()
     model = queryset.model
-    if model in INSTANCE_PATH:
-        path = INSTANCE_PATH[model]
-        prefix = f"{path}__" if path else ""
+    path = INSTANCE_PATH.get(model, TASK_PATH.get(model))
+    if path:
+        if identity.queues is None and _own_namespace(model, path):
+            # Every queue, so every definition of the namespace: a row's own namespace (written with its
+            # instance's), no join to the instances to read a list of audits.
+            return queryset.filter(namespace_id=identity.namespace_id)
+        return _parent_visible(queryset, path, identity)
+    if model is models.WorkflowInstance:
         if identity.queues is None:
-            # Every queue, so every definition of the namespace: no IN list of definitions to steer
-            # the planner off the index of a list's order, and a row's own namespace (written with its
-            # instance's) where it has one: no join to the instances to read a list of audits.
-            return queryset.filter(**{f"{_own(model, prefix)}namespace_id": identity.namespace_id})
-        queryset = queryset.filter(**{f"{prefix}namespace_id": identity.namespace_id})
-        return queryset.filter(**{f"{prefix}definition_id__in": visible_definition_ids(identity)})
-    if model in TASK_PATH:
-        prefix = f"{TASK_PATH[model]}__" if TASK_PATH[model] else ""
+            # No IN list of definitions to steer the planner off the index of a list's order.
+            return queryset.filter(namespace_id=identity.namespace_id)
+        return queryset.filter(namespace_id=identity.namespace_id, definition_id__in=visible_definition_ids(identity))
+    if model is models.Task:
+        queryset = queryset.filter(namespace_id=identity.namespace_id)
         if identity.queues is None:
-            return queryset.filter(**{f"{_own(model, prefix)}namespace_id": identity.namespace_id})
-        queryset = queryset.filter(**{f"{prefix}namespace_id": identity.namespace_id})
+            return queryset
         return queryset.filter(
-            **{
-                f"{prefix}queue_id__in": visible_queue_ids(identity),
-                f"{prefix}source_instance__definition_id__in": visible_definition_ids(identity),
-            }
+            queue_id__in=visible_queue_ids(identity),
+            source_instance__definition_id__in=visible_definition_ids(identity),
         )
     if model is models.Namespace:
         return queryset.filter(id=identity.namespace_id)

@@ -19,14 +19,22 @@ from console.admins.base import CappedCountPaginator
 from core.ids import new_id
 from history.models import (
     Activation,
+    ActivationState,
+    Attempt,
+    AttemptState,
+    Gate,
     InboxRecord,
     InboxSource,
     InboxState,
     InstanceState,
     Operator,
+    ResultEvent,
+    ResultKind,
     ReviewCause,
     Scope,
     Step,
+    StepKind,
+    StepState,
     Task,
     TaskState,
     WorkflowInstance,
@@ -49,8 +57,9 @@ IN_REVIEW = 30  # the review backlog among them: what the queue's counts may rea
 CAP = 100  # the changelists' capped count, lowered so that counting to it stays far below ROWS
 ACTIONS = ("workflow.pause", "workflow.resume", "workflow.cancel", "workflow.retry_step", "workflow.continue")
 BATCH = 500  # an export's batch, lowered as CAP is
-# Rows one query may examine: a page of 50 and the rows it names, the capped count, the review backlog.
-BOUND = 400
+# Rows one query may examine: a page of 50 and the rows it names, the capped count (a record list's: three pages,
+# the instance of each, and the derived table they fill), the review backlog.
+BOUND = 500
 
 
 @pytest.fixture
@@ -108,10 +117,11 @@ def fleet(tenancy, issue_token):
         for n, instance_id in enumerate(instances)
     )
     _long_history_first(tenancy)
+    _records(instances[IN_REVIEW:])
     with connection.cursor() as cursor:
         # Exact statistics, the same every run: the engine-independent ones MariaDB prefers over InnoDB's, which
         # sample a few random pages.
-        for model in (WorkflowInstance, Task, WorkflowOperation, Activation, InboxRecord):
+        for model in (WorkflowInstance, Task, WorkflowOperation, Activation, InboxRecord, *RECORDS):
             cursor.execute(f"ANALYZE TABLE {model._meta.db_table} PERSISTENT FOR ALL")
             cursor.fetchall()
     user = User.objects.create_user("olga", password="pw", is_staff=True, is_superuser=True)
@@ -133,6 +143,58 @@ def _long_history_first(tenancy) -> None:
             instance=state.instance, source_kind=InboxSource.SIGNAL, source_id=new_id(), state=InboxState.CONSUMED
         )
         for _ in range(ROWS)
+    )
+
+
+RECORDS = (Gate, Step, Attempt, ResultEvent)
+
+
+def _records(instances: list[str]) -> None:
+    """The engine's records of finished instances beside the backlog: a gate, a step, an activation and their
+    task's attempt and result event each, a fifth of each table in the state (or of the kind) a console filter
+    picks: more rows than BOUND, so that a list sorting or scanning them all fails."""
+    tasks = dict(Task.objects.filter(source_instance_id__in=instances).values_list("source_instance_id", "id"))
+    steps = [new_id() for _ in instances]
+    Gate.objects.bulk_create(Gate(instance_id=instance, open=n % 5 != 0) for n, instance in enumerate(instances))
+    Step.objects.bulk_create(
+        Step(
+            id=step,
+            instance_id=instance,
+            key="work",
+            kind=StepKind.TASK if n % 5 == 1 else StepKind.ROOT,
+            state=StepState.FAILED if n % 5 == 2 else StepState.SUCCEEDED,
+        )
+        for n, (step, instance) in enumerate(zip(steps, instances, strict=True))
+    )
+    Activation.objects.bulk_create(
+        Activation(
+            step_id=step,
+            instance_id=instance,
+            sequence=1,
+            input="{}",
+            state=ActivationState.NEEDS_REVIEW if n % 5 == 3 else ActivationState.SUCCEEDED,
+            created_at=T0 + dt.timedelta(seconds=n),
+        )
+        for n, (step, instance) in enumerate(zip(steps, instances, strict=True))
+    )
+    unknown = [n % 5 == 4 for n in range(len(instances))]
+    Attempt.objects.bulk_create(
+        Attempt(
+            task_id=tasks[instance],
+            number=1,
+            worker="w",
+            state=AttemptState.UNKNOWN if lost else AttemptState.SUCCEEDED,
+        )
+        for instance, lost in zip(instances, unknown, strict=True)
+    )
+    ResultEvent.objects.bulk_create(
+        ResultEvent(
+            task_id=tasks[instance],
+            seq=1,
+            kind=ResultKind.UNKNOWN if lost else ResultKind.RESULT,
+            task_revision=3,
+        )
+        for instance, lost in zip(instances, unknown, strict=True)
     )
 
 
@@ -179,6 +241,18 @@ def _pages(failed) -> dict[str, str]:
         "workflow audit by action": "/admin/history/workflowoperation/?action=workflow.resume",
         "signal audit": "/admin/history/signaloperation/",
         "execution audit": "/admin/history/executionaudit/",
+        "gates": "/admin/history/gate/",
+        "gates shut": "/admin/history/gate/?open__exact=0",
+        "steps": "/admin/history/step/",
+        "steps failed": "/admin/history/step/?state__exact=FAILED",
+        "steps of a kind": "/admin/history/step/?kind__exact=TASK",
+        "activations": "/admin/history/activation/",
+        "activations in review": "/admin/history/activation/?state__exact=NEEDS_REVIEW",
+        "attempts": "/admin/history/attempt/",
+        "attempts unknown": "/admin/history/attempt/?state__exact=UNKNOWN",
+        "result events": "/admin/history/resultevent/",
+        "result events unknown": "/admin/history/resultevent/?kind__exact=UNKNOWN",
+        "inbox records consumed": "/admin/history/inboxrecord/?state__exact=CONSUMED",
     }
 
 

@@ -215,6 +215,9 @@ def _queries(client, url):
         "/admin/history/task/",
         "/admin/history/activation/",
         "/admin/history/attempt/",
+        "/admin/history/gate/",
+        "/admin/history/step/",
+        "/admin/history/resultevent/",
     ],
 )
 def test_page_query_counts_do_not_grow_with_the_history(client, acme, url):
@@ -244,3 +247,26 @@ def test_the_instance_list_shows_and_filters_by_review_cause_step_and_time(clien
     filtered = client.get("/admin/history/workflowinstance/", {"review_cause__exact": "timer_late"}).content.decode()
     assert late.id in filtered and unknown.id not in filtered
     assert ReviewCause.TIMER_LATE.label in filtered  # the filter names each cause by its meaning
+
+
+def test_a_record_list_counts_two_pages_past_the_one_shown_and_never_shows_all(client, acme, monkeypatch):
+    # Each step counted reads its instance (its namespace): the count stops where the next pages' links end.
+    from console.admins.records import StepAdmin
+
+    monkeypatch.setattr(StepAdmin, "list_per_page", 2)
+    monkeypatch.setattr(StepAdmin, "list_max_show_all", 2)
+    for _ in range(3):
+        _instance(acme)  # three steps each
+    client.force_login(_user("olga", acme, "operators"))
+
+    def paginator(query: str) -> str:
+        html = client.get(f"/admin/history/step/{query}").content.decode()
+        return re.search(r'<p class="paginator">(.*?)</p>', html, re.S).group(1)
+
+    assert "more than 6 steps" in paginator("")
+    assert "more than 8 steps" in paginator("?p=2")
+    last = paginator("?p=3")
+    assert "9 steps" in last and "more than" not in last
+    assert "Show all" not in paginator("")
+    shown = client.get("/admin/history/step/?all=").context["cl"].result_list
+    assert len(shown) == 2
