@@ -8,6 +8,7 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.utils import timezone
 
 from console.admins.base import scoped
+from core.identity import identity_of_user
 from history import models
 
 
@@ -39,11 +40,20 @@ class QueueFilter(admin.SimpleListFilter):
 
 class NamespacedValuesFilter(admin.AllValuesFieldListFilter):
     """The values a column holds, read as (namespace, value) pairs from an index that leads with both: MariaDB
-    reads one index entry per pair. Django's own DISTINCT of the value alone reads every row of the list."""
+    reads one index entry per pair. Django's own DISTINCT of the value alone reads every row of the list.
+
+    A user of named queues is offered the values of its namespace's rows, not only of those it sees (which list
+    them, as ever): the rows it sees are checked one by one against their instance, every row of the list read
+    for a handful of names (an action's name, such as workflow.pause, names no instance)."""
 
     def __init__(self, field, request, params, model, model_admin, field_path):
         super().__init__(field, request, params, model, model_admin, field_path)
-        pairs = model_admin.get_queryset(request).order_by().values_list("namespace_id", field_path).distinct()
+        identity = identity_of_user(request.user)
+        if identity is not None and identity.queues is not None:
+            rows = model._default_manager.filter(namespace_id=identity.namespace_id)
+        else:
+            rows = model_admin.get_queryset(request)
+        pairs = rows.order_by().values_list("namespace_id", field_path).distinct()
         self.lookup_choices = sorted({value for _, value in pairs})
 
 

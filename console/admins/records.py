@@ -8,9 +8,9 @@ from history import models
 
 class RecordAdmin(ReadOnlyAdmin):
     """An engine record reaches its namespace through its instance or task: a count checks that row for each
-    row counted, so it stops two pages past the one shown."""
+    row counted, so it stops a page past the one shown."""
 
-    pages_counted_ahead = 2
+    pages_counted_ahead = 1
 
 
 @admin.register(models.Gate)

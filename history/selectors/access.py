@@ -184,10 +184,12 @@ def visible_rows(queryset: QuerySet, identity: Identity | None) -> QuerySet:
     model = queryset.model
     path = INSTANCE_PATH.get(model, TASK_PATH.get(model))
     if path:
-        if identity.queues is None and _own_namespace(model, path):
-            # Every queue, so every definition of the namespace: a row's own namespace (written with its
-            # instance's), no join to the instances to read a list of audits.
-            return queryset.filter(namespace_id=identity.namespace_id)
+        if _own_namespace(model, path):
+            # A row's own namespace (written with its instance's): the index of a list of audits leads with it.
+            queryset = queryset.filter(namespace_id=identity.namespace_id)
+            if identity.queues is None:
+                # Every queue, so every definition of the namespace: no instance to read.
+                return queryset
         return _parent_visible(queryset, path, identity)
     if model is models.WorkflowInstance:
         if identity.queues is None:
