@@ -115,7 +115,8 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         cap = None
         if self.pages_counted_ahead is not None:
             page = request.GET.get(PAGE_VAR, "1")
-            cap = ((int(page) if page.isdigit() else 1) + self.pages_counted_ahead) * per_page
+            ahead = ((int(page) if page.isdigit() else 1) + self.pages_counted_ahead) * per_page
+            cap = min(ahead, self.paginator.CAP)
         return self.paginator(queryset, per_page, orphans, allow_empty_first_page, cap=cap)
 
     def has_add_permission(self, request, obj=None):

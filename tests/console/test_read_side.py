@@ -250,7 +250,8 @@ def test_the_instance_list_shows_and_filters_by_review_cause_step_and_time(clien
 
 
 def test_a_record_list_counts_a_page_past_the_one_shown_and_never_shows_all(client, acme, monkeypatch):
-    # Each step counted reads its instance (its namespace): the count stops where the next pages' links end.
+    # Each step counted reads its instance (its namespace): the count stops where the next page's link ends.
+    from console.admins.base import CappedCountPaginator
     from console.admins.records import StepAdmin
 
     monkeypatch.setattr(StepAdmin, "list_per_page", 2)
@@ -270,3 +271,6 @@ def test_a_record_list_counts_a_page_past_the_one_shown_and_never_shows_all(clie
     assert "Show all" not in paginator("")
     shown = client.get("/admin/history/step/?all=").context["cl"].result_list
     assert len(shown) == 2
+    # Never past the cap every list keeps, however deep the page asked for.
+    monkeypatch.setattr(CappedCountPaginator, "CAP", 5)
+    assert "more than 5 steps" in paginator("?p=2")
