@@ -42,17 +42,17 @@ class NamespacedValuesFilter(admin.AllValuesFieldListFilter):
     """The values a column holds, read as (namespace, value) pairs from an index that leads with both: MariaDB
     reads one index entry per pair. Django's own DISTINCT of the value alone reads every row of the list.
 
-    A user of named queues is offered the values of its namespace's rows, not only of those it sees (which list
-    them, as ever): the rows it sees are checked one by one against their instance, every row of the list read
-    for a handful of names (an action's name, such as workflow.pause, names no instance)."""
+    An operator is offered the values of its namespace's rows, not only of those it sees (which list them, as
+    ever): for one of named queues the rows it sees are checked one by one against their instance, every row of
+    the list read for a handful of names (an action's name, such as workflow.pause, names no instance)."""
 
     def __init__(self, field, request, params, model, model_admin, field_path):
         super().__init__(field, request, params, model, model_admin, field_path)
         identity = identity_of_user(request.user)
-        if identity is not None and identity.queues is not None:
-            rows = model._default_manager.filter(namespace_id=identity.namespace_id)
+        if identity is None:
+            rows = model_admin.get_queryset(request)  # a bare superuser's every namespace, or nothing
         else:
-            rows = model_admin.get_queryset(request)
+            rows = model._default_manager.filter(namespace_id=identity.namespace_id)
         pairs = rows.order_by().values_list("namespace_id", field_path).distinct()
         self.lookup_choices = sorted({value for _, value in pairs})
 
