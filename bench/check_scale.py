@@ -10,18 +10,21 @@ finished one-task instances (instance, gate, two steps, activation, task, attemp
 inbox record, seven timeline events each). The histories are clean:
 the bench fails if ``weave_check`` finds anything. Prints, per scale, the seconds of the best of
 ``--repeat`` full checks, µs per instance, the ratio to the smallest scale beside the target, the
-buffer-pool pages read from disk during that check, and the seconds of each rule; plus the
-buffer pool size the server ran with (never changed here).
+buffer-pool pages read from disk during that check, this process's resident memory before the scale's
+checks and its peak after them (flat: the larger scale's checks hold no more), and the seconds of each
+rule; plus the buffer pool size the server ran with (never changed here).
 """
 
 import argparse
 import datetime as dt
+import resource
 import time
 
 from django.db import connection
 
 from bench.database import buffer_pool_mib, database_switch
 from bench.seed import seed_instances, tenants_ensure
+from bench.serving import rss_mib
 from engine import check
 from history.models import WorkflowInstance
 
@@ -73,16 +76,18 @@ def main(argv: list[str]) -> None:
     print(f"innodb_buffer_pool_size {pool} MiB (the server's, unchanged)")
     print(
         f"{'instances':>10} {'seed s':>8} {'check s':>8} {'µs/inst':>8} {'ratio':>6} {'target':>6} {'pages read':>11}"
+        f" {'RSS MiB':>8} {'peak MiB':>8}"
     )
     base = None
     for scale in scales:
         database_switch(f"weave_bench_check_{scale}")
         seeded = seed(scale)
+        rss = rss_mib()
         seconds, reads, per_rule = min((run_check() for _ in range(args.repeat)), key=lambda run: run[0])
         per_instance = seconds / scale * 1e6
         base = base or per_instance
         print(
             f"{scale:>10} {seeded:>8.1f} {seconds:>8.2f} {per_instance:>8.1f} {per_instance / base:>6.2f}"
-            f" {TARGET:>6.1f} {reads:>11}"
+            f" {TARGET:>6.1f} {reads:>11} {rss:>8.1f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:>8.1f}"
         )
         print("           " + ", ".join(f"{name} {s:.2f}" for name, s in per_rule.items()), flush=True)
