@@ -17,7 +17,6 @@ rule; plus the buffer pool size the server ran with (never changed here).
 
 import argparse
 import datetime as dt
-import resource
 import time
 
 from django.db import connection
@@ -88,6 +87,6 @@ def main(argv: list[str]) -> None:
         base = base or per_instance
         print(
             f"{scale:>10} {seeded:>8.1f} {seconds:>8.2f} {per_instance:>8.1f} {per_instance / base:>6.2f}"
-            f" {TARGET:>6.1f} {reads:>11} {rss:>8.1f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:>8.1f}"
+            f" {TARGET:>6.1f} {reads:>11} {rss:>8.1f} {rss_mib(field='VmHWM'):>8.1f}"
         )
         print("           " + ", ".join(f"{name} {s:.2f}" for name, s in per_rule.items()), flush=True)

@@ -38,11 +38,11 @@ def reader_token(namespace) -> str:
     return credential_issue(namespace_id=namespace.id, application_id=None, actor_id="e" * 32, **reads).token
 
 
-def rss_mib(pid: int | str = "self") -> float:
-    """A process's resident memory now, in MiB (0 once it is gone)."""
+def rss_mib(pid: int | str = "self", field: str = "VmRSS") -> float:
+    """A process's resident memory now (``VmHWM``: its peak so far), in MiB (0 once it is gone)."""
     path = Path(f"/proc/{pid}/status")
     lines = path.read_text().splitlines() if path.exists() else []
-    return next((int(line.split()[1]) / 1024 for line in lines if line.startswith("VmRSS:")), 0.0)
+    return next((int(line.split()[1]) / 1024 for line in lines if line.startswith(f"{field}:")), 0.0)
 
 
 def percentile(values: list[float], q: float) -> float:
