@@ -233,7 +233,9 @@ def database_from_url(url: str) -> dict:
             "init_command": "SET sql_mode='STRICT_TRANS_TABLES,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO'",
             "connect_timeout": WEAVE_READY_TIMEOUT_SECONDS,
         }
-        config["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_bin"}
+        # The collation production creates its database with (scripts/serve.sh): text compares without case
+        # there, and the tests and plan tests walk the same comparisons and indexes.
+        config["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
     elif engine == "django.db.backends.sqlite3":
         config["OPTIONS"] = {
             # Writers take the lock at BEGIN and queue behind each other instead of
