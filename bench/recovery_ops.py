@@ -6,9 +6,9 @@
 Creates the database if it is missing and migrates it. For each operation and client count it
 builds --instances distinct instances in the state the operation succeeds on (the builders of
 testkit/states.py, the states the recovery tests prove the operations on) for ours and as
-many for the floor, all before the timed part. The clients are threads with one database
-connection each (one credential each, as separate API clients), released together; each runs
-its share of the instances one after another.
+many for the floor, all before the timed part. The clients are processes (forked once the
+states are built) with one database connection each (one credential each, as separate API
+clients), released together; each runs its share of the instances one after another.
 
 - ours: the operation's service (``recovery.operations.OPERATIONS[name].service``), as the API calls it.
 - floor: the same row locks and writes and nothing else. Each floor instance's statements are
@@ -28,6 +28,8 @@ kept ones); the target is ours/floor <= 3 for every operation.
 """
 
 import argparse
+import contextlib
+import multiprocessing
 import statistics
 import threading
 import time
@@ -115,10 +117,11 @@ def run_floor(service, job: Job) -> None:
 
 
 def timed(run: Callable, service, shares: list[list[Job]]) -> tuple[list[float], float]:
-    """Each client runs its share on its own connection; latencies (ms) and the wall time (s)."""
-    barrier = threading.Barrier(len(shares) + 1)
-    latencies: list[float] = []
-    errors: list[BaseException] = []
+    """Each client is a process of its own (forked: it has the jobs already), with its own connection, released
+    together with the others; latencies (ms) and the wall time (s)."""
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(len(shares) + 1)
+    results = context.Queue()
 
     def client(number: int, share: list[Job]) -> None:
         mine = []
@@ -130,23 +133,28 @@ def timed(run: Callable, service, shares: list[list[Job]]) -> tuple[list[float],
                 started = time.perf_counter()
                 run(service, job)
                 mine.append((time.perf_counter() - started) * 1000)
-        except BaseException as exc:  # reported after the join
-            errors.append(exc)
+            results.put((mine, None))
+        except BaseException as exc:  # reported by the parent
+            results.put((mine, repr(exc)))
+            barrier.abort()
         finally:
-            latencies.extend(mine)
             connection.close()
 
-    threads = [threading.Thread(target=client, args=pair) for pair in enumerate(shares)]
-    for thread in threads:
-        thread.start()
-    barrier.wait()
+    connection.close()  # the clients open their own connections
+    processes = [context.Process(target=client, args=pair, daemon=True) for pair in enumerate(shares)]
+    for process in processes:
+        process.start()
+    with contextlib.suppress(threading.BrokenBarrierError):  # a client failed before the start: read below
+        barrier.wait()
     started = time.perf_counter()
-    for thread in threads:
-        thread.join()
+    answers = [results.get() for _ in processes]
     wall = time.perf_counter() - started
+    for process in processes:
+        process.join()
+    errors = [error for _, error in answers if error]
     if errors:
-        raise SystemExit(f"{run.__name__}: {errors[0]!r}")
-    return latencies, wall
+        raise SystemExit(f"{run.__name__}: {errors[0]}")
+    return [latency for mine, _ in answers for latency in mine], wall
 
 
 class Bench:

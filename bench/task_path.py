@@ -49,7 +49,11 @@ def main(argv: list[str]) -> None:
     tasks = 0
     while claim := counted("claim", lambda: task_claim(identity=worker, queue_name=QUEUE, command={"worker": "path"})):
         command = {"attempt_id": claim.attempt.id, "outcome": "SUCCEEDED", "result": {"ok": True}}
-        counted("complete", lambda c=command, t=claim.task.id: task_complete(identity=worker, task_id=t, command=c))
+        # As a worker completes what it claimed (engine.handlers.claim_execute): with the task its claim read.
+        counted(
+            "complete",
+            lambda c=command, t=claim.task: task_complete(identity=worker, task_id=t.id, command=c, claimed=t),
+        )
         counted("inbox", runner.pass_inbox)
         counted("advance", runner.pass_continuations)
         tasks += 1

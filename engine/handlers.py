@@ -131,7 +131,7 @@ def claim_execute(*, identity: Identity, claim: Claim, lease_seconds: int = 30) 
     deadline = time.monotonic() + lease_seconds
     while True:
         try:
-            return task_complete(identity=identity, task_id=claim.task.id, command=command)
+            return task_complete(identity=identity, task_id=claim.task.id, command=command, claimed=claim.task)
         except OperationalError as error:
             if not is_retryable(error) or time.monotonic() > deadline:
                 raise

@@ -9,6 +9,8 @@ late evidence (a report of an attempt that lost its lease), which is written tha
 import datetime as dt
 from dataclasses import dataclass
 
+from django.db.models import QuerySet
+
 from core import clock
 from engine.activation import wait_create
 from engine.advance import continuation_create, instance_advance
@@ -225,6 +227,13 @@ def _quarantine_orphans(locks: LockSet, instance_id: str) -> InboxRecord | None:
     return next(iter(records.values()), None)
 
 
+def _record_lock(locks: LockSet, record: InboxRecord) -> None:
+    """The record's place in the lock order; its row lock comes with its UPDATE. A record of an instance is
+    updated only by this module, under the instance's lock (held since before the record was read), so no other
+    transaction waits on it or changes it meanwhile: a locking read would only read it again."""
+    locks.lock_by_write(Level.INBOX, record.id)
+
+
 def _apply_result(
     locks: LockSet,
     graph: _Graph,
@@ -235,7 +244,7 @@ def _apply_result(
     step: Step,
     spec: dict,
 ) -> Disposition:
-    locks.lock_one(Level.INBOX, record.id)
+    _record_lock(locks, record)
     if event.late:
         # Late evidence is written already LATE_RECORDED; should its record ever be pending, it
         # is still only recorded: a report of a lost lease never changes state.
@@ -365,7 +374,7 @@ def _apply_signal(
 ) -> Disposition:
     activation = locks.lock_one(Level.ACTIVATION, step.current_activation_id) if step.current_activation_id else None
     wait = locks.lock_one(Level.WAIT, activation.wait_id) if activation and activation.wait_id else None
-    locks.lock_one(Level.INBOX, record.id)
+    _record_lock(locks, record)
     if signal.state != SignalState.PENDING:
         return Disposition.EXPIRED if signal.state == SignalState.EXPIRED else Disposition.DUPLICATE
     signal_spec = signal_spec_of(spec)
@@ -402,11 +411,16 @@ def inbox_head_id(*, instance_id: str) -> str | None:
     return _pending(instance_id).values_list("id", flat=True).first()
 
 
+def records_pending(now: dt.datetime | None = None) -> QuerySet[InboxRecord]:
+    """Every PENDING record, of every instance (``now`` is a runner duty's, unused: a record is due at once)."""
+    return InboxRecord.objects.filter(state=InboxState.PENDING)
+
+
 def instances_with_pending_records(*, limit: int = 100) -> dict[str, int]:
     """Instances that have PENDING inbox records, oldest record first, with how many of their records the scan
     saw; not those whose inbox is set aside."""
     rows = (
-        InboxRecord.objects.filter(state=InboxState.PENDING)
+        records_pending()
         .exclude(instance_id__in=open_instance_ids("inbox"))
         .order_by("created_at", "id")
         .values_list("instance_id", flat=True)[: limit * 4]

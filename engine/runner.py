@@ -10,10 +10,10 @@ candidates while the incident is open; every other item goes on.
 import datetime as dt
 import logging
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from django import db
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from core import clock, exactjson
 from core.ids import new_id
@@ -21,7 +21,7 @@ from core.logs import log_context
 from core.metrics import RUNNER_ITEMS, RUNNER_PASS_SECONDS
 from engine.activation import poll_round_start
 from engine.advance import continuation_create, continuations_apply, instance_lock_graph
-from engine.inbox import inbox_consume_next, inbox_head_id, instances_with_pending_records
+from engine.inbox import inbox_consume_next, inbox_head_id, instances_with_pending_records, records_pending
 from engine.incidents import Item, error_class_of, isolated, open_item_ids
 from engine.poll import poll_deadline_passed
 from engine.quota import quota_of_task
@@ -74,10 +74,14 @@ def _each(duty: str, kind: str, rows: Iterable[tuple[str, str | None]], work: Ca
     )
 
 
+def _leases_lapsed(now: dt.datetime) -> QuerySet:
+    return Attempt.objects.filter(state=AttemptState.RUNNING, lease_expires_at__lt=now)
+
+
 def pass_lease_expiry() -> int:
     """RUNNING attempts whose lease passed → UNKNOWN (task NEEDS_REVIEW, UNKNOWN event)."""
     rows = (
-        Attempt.objects.filter(state=AttemptState.RUNNING, lease_expires_at__lt=clock.now())
+        _leases_lapsed(clock.now())
         .exclude(id__in=open_item_ids("lease_expiry"))
         .values_list("id", "task__source_instance_id")[:BATCH]
     )
@@ -108,11 +112,14 @@ def _task_deadline(task_id: str) -> bool:
     return True
 
 
+def _tasks_late(now: dt.datetime) -> QuerySet:
+    return Task.objects.filter(Q(deadline_at__lte=now) | Q(latest_start_at__lte=now), state=TaskState.QUEUED)
+
+
 def pass_task_deadlines() -> int:
     """QUEUED tasks past their deadline or latest start → FAILED (permit released, FAILED result event)."""
-    now = clock.now()
     rows = (
-        Task.objects.filter(Q(deadline_at__lte=now) | Q(latest_start_at__lte=now), state=TaskState.QUEUED)
+        _tasks_late(clock.now())
         .exclude(id__in=open_item_ids("task_deadlines"))
         .values_list("id", "source_instance_id")[:BATCH]
     )
@@ -133,12 +140,14 @@ def _instance_deadline(instance_id: str) -> bool:
     return True
 
 
+def _instances_late(now: dt.datetime) -> QuerySet:
+    return WorkflowInstance.objects.filter(state=InstanceState.RUNNING, deadline_at__lte=now)
+
+
 def pass_instance_deadlines() -> int:
     """RUNNING instances past their deadline → stop_kind FAIL, CANCELLING. In review: nothing is recorded."""
     rows = (
-        WorkflowInstance.objects.filter(state=InstanceState.RUNNING, deadline_at__lte=clock.now())
-        .exclude(id__in=open_item_ids("instance_deadlines"))
-        .values_list("id", "id")[:BATCH]
+        _instances_late(clock.now()).exclude(id__in=open_item_ids("instance_deadlines")).values_list("id", "id")[:BATCH]
     )
     return _each("instance_deadlines", "instance", rows, lambda i, _: atomic_with_retry(lambda: _instance_deadline(i)))
 
@@ -190,13 +199,13 @@ def _fire_timer(instance, gate, step, activation, wait, spec, now) -> bool:
     return True
 
 
+def _timers_due(now: dt.datetime) -> QuerySet:
+    return Wait.objects.filter(state=WaitState.WAITING, kind=WaitKind.TIMER, fire_at__lte=now)
+
+
 def pass_timers() -> int:
     """Due TIMER waits fire (step SUCCEEDED, output null) unless first seen later than max_lateness."""
-    rows = (
-        Wait.objects.filter(state=WaitState.WAITING, kind=WaitKind.TIMER, fire_at__lte=clock.now())
-        .exclude(id__in=open_item_ids("timers"))
-        .values_list("id", "instance_id")[:BATCH]
-    )
+    rows = _timers_due(clock.now()).exclude(id__in=open_item_ids("timers")).values_list("id", "instance_id")[:BATCH]
     return _each("timers", "wait", rows, lambda w, i: atomic_with_retry(lambda: _with_wait(i, w, _fire_timer)))
 
 
@@ -208,12 +217,16 @@ def _expire_wait(instance, gate, step, activation, wait, spec, now) -> bool:
     return True
 
 
+def _waits_late(now: dt.datetime) -> QuerySet:
+    return Wait.objects.filter(
+        state=WaitState.WAITING, kind__in=(WaitKind.SIGNAL, WaitKind.POLL_FINAL_SIGNAL), deadline_at__lt=now
+    )
+
+
 def pass_wait_deadlines() -> int:
     """WAITING signal waits past their deadline → wait EXPIRED, activation, step and instance NEEDS_REVIEW."""
     rows = (
-        Wait.objects.filter(
-            state=WaitState.WAITING, kind__in=(WaitKind.SIGNAL, WaitKind.POLL_FINAL_SIGNAL), deadline_at__lt=clock.now()
-        )
+        _waits_late(clock.now())
         .exclude(id__in=open_item_ids("wait_deadlines"))
         .values_list("id", "instance_id")[:BATCH]
     )
@@ -236,14 +249,17 @@ def _expire_signal(instance_id: str, signal_id: str) -> bool:
     return True
 
 
-def pass_signal_expiry() -> int:
-    """PENDING signals past expires_at (their record already consumed) → EXPIRED."""
+def _signals_lapsed(now: dt.datetime) -> QuerySet:
     consumed = InboxRecord.objects.filter(
         source_kind=InboxSource.SIGNAL, source_id=OuterRef("id"), state=InboxState.CONSUMED
     )
+    return Signal.objects.filter(state=SignalState.PENDING, expires_at__lte=now).filter(Exists(consumed))
+
+
+def pass_signal_expiry() -> int:
+    """PENDING signals past expires_at (their record already consumed) → EXPIRED."""
     rows = (
-        Signal.objects.filter(state=SignalState.PENDING, expires_at__lte=clock.now())
-        .filter(Exists(consumed))
+        _signals_lapsed(clock.now())
         .exclude(id__in=open_item_ids("signal_expiry"))
         .values_list("id", "workflow_id")[:BATCH]
     )
@@ -262,10 +278,14 @@ def _expire_proposal(proposal_id: str, instance_id: str) -> bool:
     return True
 
 
+def _proposals_lapsed(now: dt.datetime) -> QuerySet:
+    return Proposal.objects.filter(state=ProposalState.PENDING, expires_at__lte=now)
+
+
 def pass_proposal_expiry() -> int:
     """PENDING recovery proposals past expires_at → EXPIRED: audited, nothing else changes."""
     rows = (
-        Proposal.objects.filter(state=ProposalState.PENDING, expires_at__lte=clock.now())
+        _proposals_lapsed(clock.now())
         .exclude(id__in=open_item_ids("proposal_expiry"))
         .values_list("id", "workflow_id")[:BATCH]
     )
@@ -317,15 +337,16 @@ def _poll_round(instance_id: str, activation_id: str) -> bool:
     return True
 
 
+def _rounds_due(now: dt.datetime) -> QuerySet:
+    return Activation.objects.filter(
+        state=ActivationState.WAITING, next_round_at__lte=now, wait__isnull=True, step__kind=StepKind.POLL
+    ).filter(instance__state=InstanceState.RUNNING)
+
+
 def pass_poll_rounds() -> int:
     """POLL activations whose next round is due open it (a query task per round) on RUNNING instances."""
     rows = (
-        Activation.objects.filter(
-            state=ActivationState.WAITING, next_round_at__lte=clock.now(), wait__isnull=True, step__kind=StepKind.POLL
-        )
-        .filter(instance__state=InstanceState.RUNNING)
-        .exclude(id__in=open_item_ids("poll_rounds"))
-        .values_list("id", "instance_id")[:BATCH]
+        _rounds_due(clock.now()).exclude(id__in=open_item_ids("poll_rounds")).values_list("id", "instance_id")[:BATCH]
     )
     return _each("poll_rounds", "activation", rows, lambda a, i: atomic_with_retry(lambda: _poll_round(i, a)))
 
@@ -355,10 +376,14 @@ def pass_inbox() -> int:
     return consumed
 
 
+def _continuations_pending(now: dt.datetime) -> QuerySet:
+    return Continuation.objects.filter(state=ContinuationState.PENDING)
+
+
 def pass_continuations() -> int:
     """Apply PENDING continuations: advance the graph (activate ready steps, finish the instance)."""
     ids = (
-        Continuation.objects.filter(state=ContinuationState.PENDING)
+        _continuations_pending(clock.now())
         .exclude(instance_id__in=open_item_ids("continuations"))
         .values_list("instance_id", flat=True)
     )
@@ -366,10 +391,14 @@ def pass_continuations() -> int:
     return _each("continuations", "instance", rows, lambda i, _: continuations_apply(instance_id=i))
 
 
+def _instances_stopping(now: dt.datetime) -> QuerySet:
+    return WorkflowInstance.objects.filter(state=InstanceState.CANCELLING)
+
+
 def pass_stop_settlement() -> int:
     """Settle CANCELLING instances: cancel queued work, wait for running work, then CANCELLED / FAILED."""
     rows = (
-        WorkflowInstance.objects.filter(state=InstanceState.CANCELLING)
+        _instances_stopping(clock.now())
         .exclude(id__in=open_item_ids("stop_settlement"))
         .values_list("id", "id")[:BATCH]
     )
@@ -392,16 +421,65 @@ PASSES: dict[str, Callable[[], int]] = {
 }
 
 
-def runner_pass() -> dict[str, int]:
-    """One pass of every duty, in a fixed order; returns how many items each pass handled.
+# The rows each duty looks for, before its items with an open incident are left out (one queryset, or several
+# of which any may hold one): one statement asks them all whether they have any (``duties_due``), so an idle
+# pass costs one read, not one per duty. A duty without an entry always runs.
+DUE: dict[str, Callable[[dt.datetime], QuerySet | tuple[QuerySet, ...]]] = {
+    "lease_expiry": _leases_lapsed,
+    "task_deadlines": _tasks_late,
+    "instance_deadlines": _instances_late,
+    "timers": _timers_due,
+    "wait_deadlines": _waits_late,
+    "signal_expiry": _signals_lapsed,
+    "proposal_expiry": _proposals_lapsed,
+    "inbox": records_pending,
+    "poll_rounds": _rounds_due,
+    "continuations": _continuations_pending,
+    "stop_settlement": _instances_stopping,
+}
 
-    Items are isolated inside each pass; a non-database error outside any item (a pass's own
-    candidate query) is logged and that pass counts 0, so the other duties still run. Every line
-    logged during the pass carries its own ``pass_id``.
+
+def duties_due(names: Iterable[str]) -> set[str]:
+    """Those of ``names`` (duties with a ``DUE`` entry) whose rows are not all absent, read in one statement."""
+    names = list(names)
+    if not names:
+        return set()
+    now, tests, params = clock.now(), [], []
+    for name in names:
+        found = DUE[name](now)
+        exists = []
+        for rows in found if isinstance(found, tuple) else (found,):
+            sql, more = rows.values("pk")[:1].query.sql_with_params()
+            exists.append(f"EXISTS({sql})")
+            params += more
+        tests.append("(" + " OR ".join(exists) + ")")
+    with db.connection.cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(tests), params)
+        flags = cursor.fetchone()
+    return {name for name, flag in zip(names, flags, strict=True) if flag}
+
+
+def runner_pass(*, skip: Collection[str] = ()) -> dict[str, int]:
+    """One pass of every duty but those in ``skip``, in a fixed order; returns how many items each duty handled.
+
+    A duty whose rows ``duties_due`` finds absent is not run (it would handle nothing); the answer is read
+    before the first such duty and read again after any duty that handled something (it may have made work for
+    the ones after it). Items are isolated inside each pass; a non-database error outside any item (a pass's
+    own candidate query) is logged and that pass counts 0, so the other duties still run. Every line logged
+    during the pass carries its own ``pass_id``.
     """
-    counts = {}
+    counts = dict.fromkeys(PASSES, 0)
+    due: set[str] | None = None  # None: to be read before the next duty that has a DUE entry
     with log_context(pass_id=new_id()):
-        for name, run in PASSES.items():
+        for place, (name, run) in enumerate(PASSES.items()):
+            if name in skip:
+                continue
+            if name in DUE:
+                if due is None:
+                    due = duties_due(n for n in list(PASSES)[place:] if n in DUE and n not in skip)
+                if name not in due:
+                    RUNNER_PASS_SECONDS.labels(name).observe(0)  # its pass was over when the probe found nothing
+                    continue
             try:
                 with RUNNER_PASS_SECONDS.labels(name).time():
                     counts[name] = run()
@@ -411,9 +489,29 @@ def runner_pass() -> dict[str, int]:
                 log.error("%s: the pass failed with %s; the other passes go on", name, error_class_of(error))
                 counts[name] = 0
             RUNNER_ITEMS.labels(name).inc(counts[name])
+            if counts[name]:
+                due = None
         if busy := {name: count for name, count in counts.items() if count}:
             log.info("runner pass: %s", " ".join(f"{name}={count}" for name, count in busy.items()))
     return counts
+
+
+# Duties whose findings are measured in minutes (the watchdog's stalls) and that read much to find them: a
+# long-running runner gives each at most one pass per this many seconds of the clock, not every pass.
+PACED_SECONDS = {"watchdog": 10.0}
+
+
+class Pace:
+    """A long-running runner's paced duties: ``resting()`` names those to skip this pass (run too recently)."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, dt.datetime] = {}
+
+    def resting(self) -> set[str]:
+        now = clock.now()
+        resting = {name for name, at in self.last.items() if (now - at).total_seconds() < PACED_SECONDS[name]}
+        self.last.update({name: now for name in PACED_SECONDS.keys() - resting})
+        return resting
 
 
 def runner_settle(*, max_passes: int = 20) -> int:

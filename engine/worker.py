@@ -118,7 +118,7 @@ def task_claim_batch(*, identity: Identity, queue_name: str, command: Any, limit
         WORKER_CLAIMS.labels(queue_name, "empty").inc()
         return []
     candidates = [(task_id, instance_id) for task_id, instance_id, _ in rows]
-    claim = functools.partial(_claim_many, queue_id=rows[0][2], worker=worker, lease=lease)
+    claim = functools.partial(_claim_many, queue_id=rows[0][2], queue_name=queue_name, worker=worker, lease=lease)
     claims: list[Claim] = []
     busy: list[tuple[str, str]] = []
     with acting(WORKER, worker):
@@ -138,7 +138,7 @@ def task_claim_batch(*, identity: Identity, queue_name: str, command: Any, limit
 
 
 def _claim_many(
-    candidates: list[tuple[str, str]], *, queue_id: str, worker: str, lease: int, skip_locked: bool
+    candidates: list[tuple[str, str]], *, queue_id: str, queue_name: str, worker: str, lease: int, skip_locked: bool
 ) -> tuple[list[Claim], list[tuple[str, str]]]:
     """(claims, candidates whose instance another transaction held) for (task id, instance id) candidates."""
     locks = LockSet()
@@ -162,6 +162,7 @@ def _claim_many(
         )
         task.state = TaskState.LEASED
         touch(task, now)
+        task.queue_name = queue_name  # as ``tasks_with_queue_name`` reads it: the claim found it by that name
         claims.append(Claim(task=task, attempt=attempt))
     # A claim's instance is written: it guards the open gate and the QUEUED task the claim decided on.
     for instance_id in dict.fromkeys(claim.task.source_instance_id for claim in claims):
@@ -169,10 +170,17 @@ def _claim_many(
     return claims, [(t, i) for t, i in candidates if i not in instances]
 
 
-def _owned_task(identity: Identity, task_id: str) -> Task:
-    task = (
-        tasks_with_queue_name().filter(pk=id_argument(task_id, "task_id"), namespace_id=identity.namespace_id).first()
-    )
+def _owned_task(identity: Identity, task_id: str, claimed: Task | None = None) -> Task:
+    """The task ``identity`` may work, with ``queue_name``; ``claimed`` is the one its claim read (where a task
+    belongs never changes, so it is not read again)."""
+    if claimed is not None and claimed.id == task_id:
+        task = claimed
+    else:
+        task = (
+            tasks_with_queue_name()
+            .filter(pk=id_argument(task_id, "task_id"), namespace_id=identity.namespace_id)
+            .first()
+        )
     if not task_workable(identity=identity, task=task):
         raise NotFound(f"task {task_id} not found", field="task_id")
     return task
@@ -247,7 +255,7 @@ def _completion(command: dict) -> tuple[str, str, bool]:
     return outcome, result, retryable
 
 
-def task_complete(*, identity: Identity, task_id: str, command: Any) -> Completion:
+def task_complete(*, identity: Identity, task_id: str, command: Any, claimed: Task | None = None) -> Completion:
     """Finish a RUNNING attempt with SUCCEEDED or FAILED (retryable?).
 
     Command ``{attempt_id, outcome, result, retryable?}``. A retryable failure with attempts and
@@ -260,12 +268,14 @@ def task_complete(*, identity: Identity, task_id: str, command: Any) -> Completi
     event naming the attempt, with an inbox record already LATE_RECORDED, and no task, attempt,
     activation, step, instance, permit or revision changes. Reporting it again is answered the
     same and writes nothing. A finished attempt is refused.
+
+    ``claimed``: the task as the worker's own claim returned it (``Claim.task``), saving its read.
     """
     identity.require_scope(Scope.TASKS_WORK)
     command = command_object(command, allowed=("attempt_id", "outcome", "result", "retryable"))
     attempt_id = id_argument(command.get("attempt_id"), "attempt_id")
     outcome, result, retryable = _completion(command)
-    task = _owned_task(identity, task_id)
+    task = _owned_task(identity, task_id, claimed)
 
     def complete() -> Completion:
         locks = LockSet()

@@ -419,19 +419,22 @@ def _entry(at: dt.datetime, by: str, action: str, note: str) -> dict:
 # ---- the executor ------------------------------------------------------------------------------------------------
 
 
+def campaigns_due(now: dt.datetime) -> tuple[QuerySet, QuerySet]:
+    """What ``pass_campaigns`` handles: the RUNNING campaigns no executor holds, the canaries it may judge (under
+    four eyes the widening is a second person's: they read the canary's verdicts on its page)."""
+    return (
+        Campaign.objects.filter(state=CampaignState.RUNNING).exclude(lease_until__gt=now),
+        Campaign.objects.filter(state=CampaignState.CANARY_DONE, four_eyes=False),
+    )
+
+
 def pass_campaigns() -> int:
     """A runner pass: each running campaign no executor holds takes its next items, and each canary whose repairs
     are all judged widens its campaign or halts it; how many items ran and campaigns moved."""
-    now = clock.now()
-    ids = (
-        Campaign.objects.filter(state=CampaignState.RUNNING)
-        .exclude(lease_until__gt=now)
-        .order_by("updated_at")
-        .values_list("id", flat=True)[:BATCH]
-    )
+    unheld, judged = campaigns_due(clock.now())
+    ids = unheld.order_by("updated_at").values_list("id", flat=True)[:BATCH]
     ran = sum(campaign_run(campaign_id) for campaign_id in list(ids))
-    # Under four eyes the widening is a second person's: they read the canary's verdicts on its page.
-    canaries = Campaign.objects.filter(state=CampaignState.CANARY_DONE, four_eyes=False).values_list("id", flat=True)
+    canaries = judged.values_list("id", flat=True)
     return ran + sum(_canary_judged(campaign_id) for campaign_id in list(canaries[:BATCH]))
 
 

@@ -26,6 +26,8 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from django.db.models import QuerySet
+
 from core import clock, exactjson
 from core import fields as field_rules
 from core.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, WeaveError
@@ -491,17 +493,19 @@ def _command(name: str, entry: Mapping, parsed: DecisionCommand, instance: Workf
     return command
 
 
+def decisions_due(now: dt.datetime) -> tuple[QuerySet, QuerySet]:
+    """What ``pass_decisions`` handles: the PROPOSED decisions past their expiry, the RUNNING ones no driver holds."""
+    return (
+        Decision.objects.filter(state=DecisionState.PROPOSED, expires_at__lte=now),
+        Decision.objects.filter(state=DecisionState.RUNNING).exclude(lease_until__gt=now),
+    )
+
+
 def pass_decisions() -> int:
     """A runner pass: expire the PROPOSED decisions nobody approved in time, and drive the running ones no driver
     holds (those waiting on the background); how many took a step or ended."""
     now = clock.now()
-    expired = Decision.objects.filter(state=DecisionState.PROPOSED, expires_at__lte=now).update(
-        state=DecisionState.EXPIRED, updated_at=now
-    )
-    ids = (
-        Decision.objects.filter(state=DecisionState.RUNNING)
-        .exclude(lease_until__gt=now)
-        .order_by("updated_at")
-        .values_list("id", flat=True)[:BATCH]
-    )
+    lapsed, unheld = decisions_due(now)
+    expired = lapsed.update(state=DecisionState.EXPIRED, updated_at=now)
+    ids = unheld.order_by("updated_at").values_list("id", flat=True)[:BATCH]
     return expired + sum(decision_drive(decision_id) for decision_id in list(ids))

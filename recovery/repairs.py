@@ -14,7 +14,7 @@ the ``repair.ineffective`` webhook, which names the review's assignee.
 
 import datetime as dt
 
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 
 from core import clock
 from core.times import format_time
@@ -67,10 +67,15 @@ def repair_watch(
     )
 
 
+def repairs_due(now: dt.datetime) -> QuerySet:
+    """What ``pass_repair_checks`` reads: the open watches (each judged by its own due time and its instance)."""
+    return RepairCheck.objects.filter(verdict=RepairVerdict.WATCHING)
+
+
 def pass_repair_checks() -> int:
     """A runner pass: judge the open watches, the earliest due first; how many got their verdict."""
     now = clock.now()
-    checks = list(RepairCheck.objects.filter(verdict=RepairVerdict.WATCHING).order_by("due_at", "id")[:BATCH])
+    checks = list(repairs_due(now).order_by("due_at", "id")[:BATCH])
     instances = WorkflowInstance.objects.in_bulk({check.instance_id for check in checks})
     steps = {
         (instance_id, key): state

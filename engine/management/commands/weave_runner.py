@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from engine.background import serve_passes
-from engine.runner import runner_pass
+from engine.runner import Pace, runner_pass
 from history.models import ProcessKind
 
 
@@ -18,7 +18,12 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if options["interval"] <= 0:
             raise CommandError("--interval: must be positive")
-        # A busy pass logs what it handled (engine.runner); an idle one says nothing.
+        # A busy pass logs what it handled (engine.runner); an idle one says nothing. One pass runs every duty.
+        pace = Pace()
         serve_passes(
-            ProcessKind.RUNNER, runner_pass, once=options["once"], interval=options["interval"], write=self.stdout.write
+            ProcessKind.RUNNER,
+            runner_pass if options["once"] else lambda: runner_pass(skip=pace.resting()),
+            once=options["once"],
+            interval=options["interval"],
+            write=self.stdout.write,
         )
