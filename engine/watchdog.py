@@ -135,8 +135,8 @@ def _retrying() -> Found:
 
 
 def queued_rows(queue_id: str, limit: int):
-    """A queue's queued tasks, at most ``limit``: a range of its (queue, state, priority, created_at) index."""
-    rows = Task.objects.filter(queue_id=queue_id, state=TaskState.QUEUED).order_by("priority", "created_at", "id")
+    """A queue's queued tasks, at most ``limit``, in the order a claim takes them: a range of its claim-order index."""
+    rows = Task.objects.filter(queue_id=queue_id, state=TaskState.QUEUED).order_by("-priority", "created_at", "id")
     return rows.values_list("id", "source_instance_id", "updated_at", "deadline_at", "latest_start_at")[:limit]
 
 

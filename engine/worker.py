@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from core import clock, fields
 from core.errors import FailedPrecondition, NotFound
@@ -79,6 +79,17 @@ def _is_claimable(task: Task, now: dt.datetime) -> bool:
     )
 
 
+def claim_candidates(namespace_id: str, queue_name: str, now: dt.datetime) -> QuerySet:
+    """(task id, instance id, queue id) of the queue's claimable tasks behind open gates, in the order they are
+    claimed: highest priority first, then oldest; read from the head of the queue's claim-order index."""
+    return (
+        Task.objects.filter(_claimable(now), queue__namespace_id=namespace_id, queue__name=queue_name)
+        .filter(Exists(Gate.objects.filter(instance_id=OuterRef("source_instance_id"), open=True)))
+        .order_by("-priority", "created_at", "id")
+        .values_list("id", "source_instance_id", "queue_id")
+    )
+
+
 def task_claim(*, identity: Identity, queue_name: str, command: Any) -> Claim | None:
     """Lease the highest-priority QUEUED task of the queue whose gate is open and whose deadlines are ahead.
 
@@ -106,12 +117,7 @@ def task_claim_batch(*, identity: Identity, queue_name: str, command: Any, limit
         raise NotFound(f"queue {queue_name} not found", field="queue")
     # The queue is found by its (unique) name in the candidates' query; read on its own only when
     # there is no candidate, to tell an empty queue from a missing one.
-    rows = list(
-        Task.objects.filter(_claimable(clock.now()), queue__namespace_id=identity.namespace_id, queue__name=queue_name)
-        .filter(Exists(Gate.objects.filter(instance_id=OuterRef("source_instance_id"), open=True)))
-        .order_by("-priority", "created_at", "id")
-        .values_list("id", "source_instance_id", "queue_id")[: max(CLAIM_CANDIDATES, 2 * limit)]
-    )
+    rows = list(claim_candidates(identity.namespace_id, queue_name, clock.now())[: max(CLAIM_CANDIDATES, 2 * limit)])
     if not rows:
         if not Queue.objects.filter(namespace_id=identity.namespace_id, name=queue_name).exists():
             raise NotFound(f"queue {queue_name} not found", field="queue")

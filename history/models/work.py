@@ -328,7 +328,8 @@ class Task(StateFollowed):
 
     class Meta:
         indexes = [
-            models.Index(fields=["queue", "state", "priority", "created_at"], name="task_queue_state_priority"),
+            # The claim's order (highest priority, then oldest): a claim reads the head of its queue, not the backlog.
+            models.Index(fields=["queue", "state", "-priority", "created_at", "id"], name="task_queue_claim_order"),
             models.Index(fields=["source_activation", "created_at"], name="task_source_activation"),
             # An instance's tasks in one state (those in review) without reading the rest of its history.
             models.Index(fields=["source_instance", "state"], name="task_source_instance_state"),

@@ -114,7 +114,7 @@ def test_each_reason_reads_the_start_of_one_index_range_however_long_the_backlog
         "inbox_state_created": waiting_rows(InboxRecord, InboxState.PENDING, BOUND, LIMIT),
         "continuation_state_created": waiting_rows(Continuation, ContinuationState.PENDING, BOUND, LIMIT),
         "task_state_attempts": retrying_rows(5, LIMIT),
-        "task_queue_state_priority": queued_rows("q" * 32, LIMIT),
+        "task_queue_claim_order": queued_rows("q" * 32, LIMIT),
         "wait_state_expected": overdue_rows(BOUND, LIMIT),
     }
     for index, queryset in reads.items():
