@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable, Collection, Iterable
 
 from django import db
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 
 from core import clock, exactjson
 from core.ids import new_id
@@ -112,18 +112,20 @@ def _task_deadline(task_id: str) -> bool:
     return True
 
 
-def _tasks_late(now: dt.datetime) -> QuerySet:
-    return Task.objects.filter(Q(deadline_at__lte=now) | Q(latest_start_at__lte=now), state=TaskState.QUEUED)
+def _tasks_late(now: dt.datetime) -> tuple[QuerySet, QuerySet]:
+    """The QUEUED tasks past their deadline, and those past their latest start: one index range each."""
+    queued = Task.objects.filter(state=TaskState.QUEUED)
+    return queued.filter(deadline_at__lte=now), queued.filter(latest_start_at__lte=now)
 
 
 def pass_task_deadlines() -> int:
     """QUEUED tasks past their deadline or latest start → FAILED (permit released, FAILED result event)."""
-    rows = (
-        _tasks_late(clock.now())
-        .exclude(id__in=open_item_ids("task_deadlines"))
-        .values_list("id", "source_instance_id")[:BATCH]
+    rows: dict[str, str] = {}
+    for late in _tasks_late(clock.now()):
+        rows |= late.exclude(id__in=open_item_ids("task_deadlines")).values_list("id", "source_instance_id")[:BATCH]
+    return _each(
+        "task_deadlines", "task", list(rows.items())[:BATCH], lambda t, i: atomic_with_retry(lambda: _task_deadline(t))
     )
-    return _each("task_deadlines", "task", rows, lambda t, i: atomic_with_retry(lambda: _task_deadline(t)))
 
 
 def _instance_deadline(instance_id: str) -> bool:

@@ -135,6 +135,8 @@ class Wait(StateFollowed):
             models.Index(fields=["state", "deadline_at"], name="wait_state_deadline"),
             # The watchdog's overdue signals (engine.watchdog): a short range of the waiting ones.
             models.Index(fields=["state", "expected_at"], name="wait_state_expected"),
+            # The runner's due timers (engine.runner): the waiting ones past fire_at, not every waiting wait.
+            models.Index(fields=["state", "fire_at"], name="wait_state_fire"),
         ]
 
 
@@ -171,6 +173,8 @@ class Signal(StateFollowed):
             models.Index(fields=["workflow", "target_step_key", "state"], name="signal_target_state"),
             # workflow_signal_history: the signal history list's index, added alone by migration 0002.
             models.Index(fields=["namespace", "workflow", "accepted_at", "id"], name="workflow_signal_history"),
+            # The runner's signal expiry (engine.runner): the pending ones past expires_at.
+            models.Index(fields=["state", "expires_at"], name="signal_state_expires"),
         ]
 
     def __str__(self) -> str:

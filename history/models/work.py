@@ -125,6 +125,9 @@ class WorkflowInstance(StateFollowed):
             ),
             # Exact business key and prefix ranges.
             models.Index(fields=["namespace", "business_key", "id"], name="instance_ns_business_key"),
+            # The runner's instance deadlines and stop settlement (engine.runner), across namespaces: the running
+            # ones past their deadline, the cancelling ones; never every instance.
+            models.Index(fields=["state", "deadline_at"], name="instance_state_deadline"),
             # The review summary counts from this index alone.
             models.Index(
                 fields=["namespace", "state", "definition", "review_cause"], name="instance_ns_review_summary"
@@ -337,6 +340,9 @@ class Task(StateFollowed):
             models.Index(fields=["namespace", "created_at"], name="task_ns_created"),
             # The watchdog's tasks retried many times (engine.watchdog): a short range of the queued ones.
             models.Index(fields=["state", "attempt_count"], name="task_state_attempts"),
+            # The runner's task deadlines (engine.runner): the queued ones past either bound, not the whole queue.
+            models.Index(fields=["state", "deadline_at"], name="task_state_deadline"),
+            models.Index(fields=["state", "latest_start_at"], name="task_state_latest_start"),
         ]
 
     def __str__(self) -> str:
