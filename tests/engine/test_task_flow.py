@@ -6,7 +6,7 @@ from django.db import OperationalError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from core import clock, exactjson
-from core.errors import AlreadyExists, PermissionDenied, Unavailable
+from core.errors import AlreadyExists, NotFound, PermissionDenied, Unavailable
 from engine import handlers
 from engine.handlers import claim_execute
 from engine.instances import instance_pause, instance_start
@@ -405,6 +405,32 @@ def test_services_refuse_an_identity_without_the_scope(engine):
     with pytest.raises(PermissionDenied):
         task_claim(identity=reader, queue_name="payments", command={"worker": "w"})
     assert not WorkflowInstance.objects.exists()
+
+
+def test_the_worker_completes_what_it_claimed_without_reading_the_task_again(engine):
+    engine.start(engine.define([task_step("a"), task_step("b")]))
+    engine.settle()
+    first, second = engine.claim(), engine.claim()
+
+    def completed(claim, **claimed) -> int:
+        command = {"attempt_id": claim.attempt.id, "outcome": "SUCCEEDED", "result": {}}
+        with CaptureQueriesContext(connection) as captured:
+            task_complete(identity=engine.identity, task_id=claim.task.id, command=command, **claimed)
+        return len(captured)
+
+    assert completed(first) == completed(second, claimed=second.task) + 1
+    assert {t.state for t in Task.objects.all()} == {TaskState.SUCCEEDED}
+
+
+def test_a_claimed_task_is_still_one_the_identity_may_work(engine):
+    engine.start(engine.define([task_step("a")]))
+    engine.settle()
+    claim = engine.claim()
+    command = {"attempt_id": claim.attempt.id, "outcome": "SUCCEEDED", "result": {}}
+    elsewhere = replace(engine.identity, queues=frozenset({"polls"}))
+    with pytest.raises(NotFound):
+        task_complete(identity=elsewhere, task_id=claim.task.id, command=command, claimed=claim.task)
+    assert engine.reload(claim.task).state == TaskState.LEASED
 
 
 def test_a_record_whose_task_left_its_fixed_queue_is_quarantined(engine):
