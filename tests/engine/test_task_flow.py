@@ -161,15 +161,22 @@ def test_claim_takes_the_highest_priority_task_through_an_open_gate_only(engine)
     assert _task_of(paused, "a").state == TaskState.QUEUED
 
 
-def test_a_task_past_its_latest_start_is_not_claimed_and_fails_by_deadline(engine):
-    definition = engine.define([task_step("a", latest_start_seconds=30)])
+@pytest.mark.parametrize(
+    "bounds",
+    [{"latest_start_seconds": 30}, {"deadline_seconds": 30}, {"deadline_seconds": 30, "latest_start_seconds": 20}],
+    ids=["latest start", "deadline", "both"],
+)
+def test_a_task_past_its_latest_start_or_deadline_is_not_claimed_and_fails_by_deadline(engine, bounds):
+    definition = engine.define([task_step("a", **bounds)])
     instance = engine.start(definition)
     engine.settle()
     with clock.moved(dt.timedelta(seconds=31)):
         assert engine.claim() is None
-        engine.settle()
+        assert runner_pass()["task_deadlines"] == 1  # once, past both bounds too
         task = _task_of(instance, "a")
         assert task.state == TaskState.FAILED and not task.permit_held
+        assert exactjson.loads(task.result)["error"] == "deadline_exceeded"
+        engine.settle()
         assert engine.reload(instance).state == InstanceState.NEEDS_REVIEW
 
 
