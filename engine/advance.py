@@ -8,6 +8,7 @@ from core import clock, exactjson
 from core.ids import ROOT_STEP_KEY
 from core.metrics import STEP_RUNS, count
 from engine.activation import step_activate
+from engine.definitions import definition_of
 from engine.quota import Quota, quota_of
 from engine.state import gate_sync, touch
 from history.locking import Level, LockSet, atomic_with_retry
@@ -101,7 +102,7 @@ def instance_lock_graph(
     instance = locks.lock_one(Level.INSTANCE, instance_id, skip_locked=skip_locked)
     if instance is None:
         return None
-    definition = WorkflowDefinition.objects.get(pk=instance.definition_id)
+    definition = definition_of(instance)
     quota = quota_of(locks=locks, definition=definition)
     gate = locks.lock_one(Level.GATE, instance_id)
     return instance, gate, definition, quota, locks.lock_steps_of(instance_id)

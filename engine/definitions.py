@@ -405,6 +405,23 @@ def definition_create(*, namespace_id: str, document: Any) -> WorkflowDefinition
         ) from None
 
 
+# A definition is immutable once created (its admin is read-only, nothing updates it): the engine reads one for
+# every record and item it handles, so each process keeps the ones it read, by id, bounded.
+_READ_MAX = 1000
+_read: dict[str, WorkflowDefinition] = {}
+
+
+def definition_of(instance) -> WorkflowDefinition:
+    """The definition ``instance`` runs; DoesNotExist when it has none. Read once per process: never change it."""
+    definition = _read.get(instance.definition_id)
+    if definition is None:
+        definition = WorkflowDefinition.objects.get(pk=instance.definition_id)
+        if len(_read) >= _READ_MAX:
+            _read.clear()
+        _read[definition.id] = definition
+    return definition
+
+
 def contract_violation(*, step_spec: dict, value_text: str) -> str | None:
     """Why ``value_text`` (exact JSON) breaks the step's result contract, or None when it satisfies it.
 

@@ -15,7 +15,7 @@ from core import clock
 from engine.activation import wait_create
 from engine.advance import continuation_create, instance_advance
 from engine.budget import task_step_budget
-from engine.definitions import contract_violation, poll_classify
+from engine.definitions import contract_violation, definition_of, poll_classify
 from engine.incidents import open_instance_ids
 from engine.poll import NoRound, poll_next_round
 from engine.quota import quota_of
@@ -165,7 +165,10 @@ def _consume(instance_id: str) -> InboxRecord | None:
         return None
     gate = locks.lock_one(Level.GATE, instance_id)
     steps = locks.lock_steps_of(instance_id)
-    definition = WorkflowDefinition.objects.filter(pk=instance.definition_id).first()
+    try:
+        definition = definition_of(instance)
+    except WorkflowDefinition.DoesNotExist:
+        definition = None
     now = clock.now()
     graph = _Graph(instance=instance, gate=gate, definition=definition, steps=steps, now=now)
     succeeded = {key for key, step in steps.items() if step.state == StepState.SUCCEEDED}

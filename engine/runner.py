@@ -21,6 +21,7 @@ from core.logs import log_context
 from core.metrics import RUNNER_ITEMS, RUNNER_PASS_SECONDS
 from engine.activation import poll_round_start
 from engine.advance import continuation_create, continuations_apply, instance_lock_graph
+from engine.definitions import definition_of
 from engine.inbox import inbox_consume_next, inbox_head_id, instances_with_pending_records, records_pending
 from engine.incidents import Item, error_class_of, isolated, open_item_ids
 from engine.poll import poll_deadline_passed
@@ -57,7 +58,6 @@ from history.models import (
     Wait,
     WaitKind,
     WaitState,
-    WorkflowDefinition,
     WorkflowInstance,
 )
 from history.proposals import ENGINE_ACTOR, proposal_close
@@ -167,7 +167,7 @@ def _with_wait(instance_id: str, wait_id: str, apply: Callable) -> bool:
     wait = locks.lock_one(Level.WAIT, wait_id)
     if wait.state != WaitState.WAITING or step.current_activation_id != activation.id:
         return False
-    definition = WorkflowDefinition.objects.get(pk=instance.definition_id)
+    definition = definition_of(instance)
     now = clock.now()
     if not apply(instance, gate, step, activation, wait, definition.step_spec(step.key), now):
         return False
