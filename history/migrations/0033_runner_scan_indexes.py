@@ -23,8 +23,4 @@ class Migration(migrations.Migration):
             model_name="wait",
             index=models.Index(fields=["state", "fire_at"], name="wait_state_fire"),
         ),
-        migrations.AddIndex(
-            model_name="workflowinstance",
-            index=models.Index(fields=["state", "deadline_at"], name="instance_state_deadline"),
-        ),
     ]

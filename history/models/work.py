@@ -125,9 +125,6 @@ class WorkflowInstance(StateFollowed):
             ),
             # Exact business key and prefix ranges.
             models.Index(fields=["namespace", "business_key", "id"], name="instance_ns_business_key"),
-            # The runner's instance deadlines and stop settlement (engine.runner), across namespaces: the running
-            # ones past their deadline, the cancelling ones; never every instance.
-            models.Index(fields=["state", "deadline_at"], name="instance_state_deadline"),
             # The review summary counts from this index alone.
             models.Index(
                 fields=["namespace", "state", "definition", "review_cause"], name="instance_ns_review_summary"
