@@ -3,7 +3,15 @@
 import json
 import re
 
+import pytest
 from django.db import connection
+
+# A plan test module's marks (``pytestmark = MARIADB_PLANS``).
+MARIADB_PLANS = [
+    # ANALYZE TABLE commits: each test starts from emptied tables instead of a rolled-back transaction.
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(connection.vendor != "mysql", reason="query plans are MariaDB's"),
+]
 
 _CONDITION = re.compile(r'^(\s*"\w*condition": )".*"(,?)$', re.MULTILINE)
 

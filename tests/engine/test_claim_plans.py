@@ -3,20 +3,15 @@ claim-order index and stops at its limit, whatever the number of queued tasks be
 
 import datetime as dt
 
-import pytest
 from django.db import connection
 
 from core import clock
 from core.ids import new_id
 from engine.worker import CLAIM_CANDIDATES, claim_candidates
 from history.models import Gate, Task, TaskState
-from tests.plans import analysed
+from tests.plans import MARIADB_PLANS, analysed
 
-pytestmark = [
-    # ANALYZE TABLE commits: each test starts from emptied tables instead of a rolled-back transaction.
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(connection.vendor != "mysql", reason="query plans are MariaDB's"),
-]
+pytestmark = MARIADB_PLANS
 
 ROWS = 3000
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

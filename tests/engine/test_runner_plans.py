@@ -35,13 +35,9 @@ from history.models import (
     WaitState,
     WorkflowInstance,
 )
-from tests.plans import analysed
+from tests.plans import MARIADB_PLANS, analysed
 
-pytestmark = [
-    # ANALYZE TABLE commits: each test starts from emptied tables instead of a rolled-back transaction.
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(connection.vendor != "mysql", reason="query plans are MariaDB's"),
-]
+pytestmark = MARIADB_PLANS
 
 ROWS = 3000
 

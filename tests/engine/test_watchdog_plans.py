@@ -22,13 +22,9 @@ from history.models import (
     WaitState,
     WorkflowInstance,
 )
-from tests.plans import analysed
+from tests.plans import MARIADB_PLANS, analysed
 
-pytestmark = [
-    # ANALYZE TABLE commits: each test starts from emptied tables instead of a rolled-back transaction.
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(connection.vendor != "mysql", reason="query plans are MariaDB's"),
-]
+pytestmark = MARIADB_PLANS
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 ROWS = 3000

@@ -10,12 +10,9 @@ from history.models import InstanceState, ReviewCause, StopKind, WorkflowInstanc
 from history.selectors import instance_list
 from history.selectors.instance_list import InstanceQuery
 from tests.factories import WorkflowDefinitionFactory, task_step
+from tests.plans import MARIADB_PLANS
 
-pytestmark = [
-    # ANALYZE TABLE commits: each test starts from emptied tables instead of a rolled-back transaction.
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(connection.vendor != "mysql", reason="query plans are MariaDB's"),
-]
+pytestmark = MARIADB_PLANS
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 OURS = {index.name for index in WorkflowInstance._meta.indexes}
