@@ -56,7 +56,7 @@ class Table:
 
     def __init__(self, model) -> None:
         self.model = model
-        self.fields = model._meta.concrete_fields
+        self.fields = [field for field in model._meta.concrete_fields if not field.generated]
         self.names = [f.attname for f in self.fields]
         self.defaults = {f.attname: f.get_default() for f in self.fields}
         self.json = {f.attname for f in self.fields if isinstance(f, JSONField)}

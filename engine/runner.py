@@ -142,8 +142,13 @@ def _instance_deadline(instance_id: str) -> bool:
     return True
 
 
+def _instances_due(now: dt.datetime) -> QuerySet:
+    """The instances late and stopping: one range of ``runner_due_at``, whatever the history."""
+    return WorkflowInstance.objects.filter(runner_due_at__lte=now)
+
+
 def _instances_late(now: dt.datetime) -> QuerySet:
-    return WorkflowInstance.objects.filter(state=InstanceState.RUNNING, deadline_at__lte=now)
+    return _instances_due(now).filter(state=InstanceState.RUNNING)
 
 
 def pass_instance_deadlines() -> int:
@@ -394,7 +399,7 @@ def pass_continuations() -> int:
 
 
 def _instances_stopping(now: dt.datetime) -> QuerySet:
-    return WorkflowInstance.objects.filter(state=InstanceState.CANCELLING)
+    return _instances_due(now).filter(state=InstanceState.CANCELLING)
 
 
 def pass_stop_settlement() -> int:

@@ -123,7 +123,7 @@ class StateFollowed(models.Model):
     def _insert_row(self, using: str | None) -> None:
         """The ``save()`` that creates a row, as Django runs it for a model whose key is set before it is
         saved (signals, field preparation, related rows saved first), through one ``INSERT`` per model."""
-        fields = self._meta.local_concrete_fields
+        fields = [field for field in self._meta.local_concrete_fields if not field.generated]
         if any(hasattr(getattr(self, field.attname), "resolve_expression") for field in fields):
             super().save(force_insert=True, using=using)  # an expression is compiled by the query
             return
