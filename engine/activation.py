@@ -86,8 +86,8 @@ def task_create(
         fixed = {name: getattr(retry_of, name) for name in Task.FIXED_FIELDS}
     return Task.objects.create(
         namespace_id=instance.namespace_id,
-        application=quota.application,
-        queue=quota.queue(spec["queue"]),
+        application_id=quota.application_id,
+        queue_id=quota.queue_id(spec["queue"]),
         max_attempts=max_attempts,
         deadline_at=deadline_at,
         latest_start_at=latest_start_at,

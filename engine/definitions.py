@@ -32,6 +32,7 @@ from django.db import IntegrityError, transaction
 from core import exactjson, exactnumber
 from core.errors import AlreadyExists, InvalidArgument
 from core.ids import ROOT_STEP_KEY, is_step_key
+from core.read_once import ReadOnce
 from history.models import Application, Queue, StepKind, WorkflowDefinition
 from history.tenancy import is_name
 
@@ -407,18 +408,14 @@ def definition_create(*, namespace_id: str, document: Any) -> WorkflowDefinition
 
 # A definition is immutable once created (its admin is read-only, nothing updates it): the engine reads one for
 # every record and item it handles, so each process keeps the ones it read, by id, bounded.
-_READ_MAX = 1000
-_read: dict[str, WorkflowDefinition] = {}
+_definitions = ReadOnce(lambda pk: WorkflowDefinition.objects.filter(pk=pk).first())
 
 
 def definition_of(instance) -> WorkflowDefinition:
     """The definition ``instance`` runs; DoesNotExist when it has none. Read once per process: never change it."""
-    definition = _read.get(instance.definition_id)
+    definition = _definitions(instance.definition_id)
     if definition is None:
-        definition = WorkflowDefinition.objects.get(pk=instance.definition_id)
-        if len(_read) >= _READ_MAX:
-            _read.clear()
-        _read[definition.id] = definition
+        raise WorkflowDefinition.DoesNotExist(f"definition {instance.definition_id} does not exist")
     return definition
 
 

@@ -18,7 +18,7 @@ from engine.budget import task_step_budget
 from engine.definitions import contract_violation, definition_of, poll_classify
 from engine.incidents import open_instance_ids
 from engine.poll import NoRound, poll_next_round
-from engine.quota import quota_of
+from engine.quota import queue_named, quota_of
 from engine.signaling import signal_spec_of, wait_satisfy, wait_winner
 from engine.state import FINISHED, instance_enter_review, step_enter_review, touch
 from history.locking import Level, LockSet, atomic_with_retry
@@ -31,7 +31,6 @@ from history.models import (
     InboxSource,
     InboxState,
     PollRound,
-    Queue,
     ResultEvent,
     ResultKind,
     ReviewCause,
@@ -118,8 +117,7 @@ def _result_sources(locks: LockSet, record: InboxRecord, graph: _Graph):
     spec = definition.step_spec(step.key) if step else None
     if spec is None or spec["kind"] not in (StepKind.TASK, StepKind.POLL) or step.kind != spec["kind"]:
         raise Corruption(f"activation {activation.id} is not under a TASK/POLL step of this instance")
-    queue = Queue.objects.filter(pk=task.queue_id).first()
-    if queue is None or queue.namespace_id != instance.namespace_id or queue.name != spec["queue"]:
+    if queue_named(task.queue_id) != (instance.namespace_id, spec["queue"]):
         raise Corruption(f"task {task.id} is not on the fixed queue {spec['queue']} of step {step.key}")
     naming = round_naming(activation_id=activation.id, task_id=task.id, source_round=task.source_round)
     rounds = spec["kind"] == StepKind.POLL and PollRound.objects.filter(naming).exists()

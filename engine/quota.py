@@ -2,7 +2,8 @@
 
 The counters (``active_tasks``) always equal the number of permits held (``Task.permit_held``);
 ``weave_check`` verifies it. The application and queue rows come last in the lock order (only
-the result stream after them), and a ``Quota`` locks them at its first take or release: a
+the result stream after them), and a ``Quota`` locks them at its first take or release (for one
+queue, by the increments or decrements themselves): a
 transaction holds a namespace's counters only from that point to its commit, so the writers of
 a namespace do not queue behind one another for their whole transaction.
 """
@@ -10,8 +11,22 @@ a namespace do not queue behind one another for their whole transaction.
 from django.db.models import F
 
 from core.errors import Unavailable
+from core.read_once import ReadOnce
 from history.locking import Level, LockSet
 from history.models import Application, Queue, Task, WorkflowDefinition
+
+# An application's and a queue's namespace and name never change once created (both are only ever added,
+# ``history.tenancy``): the inbox checks the queue of every result it applies, and a take finds its rows by
+# name, so each process keeps those it read.
+queue_named: ReadOnce[str, tuple[str, str]] = ReadOnce(
+    lambda pk: Queue.objects.filter(pk=pk).values_list("namespace_id", "name").first()
+)
+_queue_id: ReadOnce[tuple[str, str], str] = ReadOnce(
+    lambda key: Queue.objects.filter(namespace_id=key[0], name=key[1]).values_list("id", flat=True).first()
+)
+_application_id: ReadOnce[tuple[str, str], str] = ReadOnce(
+    lambda key: Application.objects.filter(namespace_id=key[0], name=key[1]).values_list("id", flat=True).first()
+)
 
 
 class Quota:
@@ -34,8 +49,17 @@ class Quota:
         self._queue_names = sorted(set(queue_names))
         self._owner = owner
         self._rows: tuple[Application, dict[str, Queue]] | None = None
+        # The application and queue ids a first take charged by its own writes (``take``), rows it holds unread.
+        self._charged: tuple[str, str] | None = None
 
     def _locked(self) -> tuple[Application, dict[str, Queue]]:
+        if self._rows is None and self._charged is not None:
+            # Locked by the take's writes already: read, not locked again (the lock order is past them).
+            application_id, queue_id = self._charged
+            self._rows = (
+                Application.objects.get(pk=application_id),
+                {self._queue_names[0]: Queue.objects.get(pk=queue_id)},
+            )
         if self._rows is None:
             if self._application_id:
                 application = self._locks.lock_one(Level.APPLICATION, self._application_id)
@@ -68,9 +92,38 @@ class Quota:
             raise Unavailable(f"task {task.id} is not charged to a queue of {self._owner}")
         return queue
 
+    @property
+    def application_id(self) -> str:
+        return self._charged[0] if self._rows is None and self._charged else self.application.id
+
+    def queue_id(self, name: str) -> str:
+        return self._charged[1] if self._rows is None and self._charged else self.queue(name).id
+
     def take(self, queue_name: str) -> bool:
-        """Take a permit of the application and the named queue (``permit_take``)."""
-        return permit_take(locks=self._locks, application=self.application, queue=self.queue(queue_name))
+        """Take a permit of the application and the named queue (``permit_take``).
+
+        The first take of a quota over one queue, nothing locked yet, is one conditional increment per row,
+        which takes the row locks in the same statements (no locking read before them). When either row is
+        full, nothing stays changed and the rows are locked and judged as ``permit_take`` does.
+        """
+        if self._rows is not None or self._charged or self._queue_names != [queue_name]:
+            return permit_take(locks=self._locks, application=self.application, queue=self.queue(queue_name))
+        application_id = self._application_id or _application_id((self._namespace_id, self._application_name))
+        queue_id = _queue_id((self._namespace_id, queue_name))
+        if application_id is None or queue_id is None:
+            self._locked()  # UNAVAILABLE, naming what is missing
+        self._locks.lock_by_write(Level.APPLICATION, application_id)
+        if not _counted(Application.objects.filter(pk=application_id), +1):
+            return permit_take(locks=self._locks, application=self.application, queue=self.queue(queue_name))
+        self._locks.lock_by_write(Level.QUEUE, queue_name)
+        if not _counted(Queue.objects.filter(pk=queue_id, namespace_id=self._namespace_id), +1):
+            _counted(Application.objects.filter(pk=application_id), -1)
+            # The application is held by the writes above; the queue is locked in its place in the order.
+            application = Application.objects.get(pk=application_id)
+            self._rows = application, self._locks.lock_queues(self._namespace_id, [queue_name])
+            return permit_take(locks=self._locks, application=application, queue=self.queue(queue_name))
+        self._charged = application_id, queue_id
+        return True
 
     def release(self, task: Task) -> None:
         """Give back the task's permit, if it holds one (``permit_release``); nothing is locked otherwise.
@@ -80,20 +133,25 @@ class Quota:
         """
         if not task.permit_held:
             return
-        if self._rows is not None or not self._application_id or len(self._queue_names) != 1:
+        if self._rows is not None or self._charged or not self._application_id or len(self._queue_names) != 1:
             permit_release(locks=self._locks, application=self.application, queue=self.queue_of(task), task=task)
             return
         if task.application_id != self._application_id:
             raise Unavailable(f"task {task.id} is not charged to application {self._application_id}")
         self._locks.lock_by_write(Level.APPLICATION, self._application_id)
-        applications = Application.objects.filter(pk=self._application_id, active_tasks__gt=0)
-        counted = applications.update(active_tasks=F("active_tasks") - 1)
+        counted = _counted(Application.objects.filter(pk=self._application_id), -1)
         self._locks.lock_by_write(Level.QUEUE, self._queue_names[0])
         queues = Queue.objects.filter(pk=task.queue_id, namespace_id=self._namespace_id, name=self._queue_names[0])
-        counted += queues.filter(active_tasks__gt=0).update(active_tasks=F("active_tasks") - 1)
+        counted += _counted(queues, -1)
         if counted != 2:
             raise Unavailable(f"task {task.id}: its application or queue is missing, not its own, or already at zero")
         task.permit_held = False
+
+
+def _counted(rows, change: int) -> bool:
+    """Add ``change`` to the active tasks of ``rows`` (one row) if it stays within 0 and its maximum."""
+    rows = rows.filter(active_tasks__lt=F("max_active_tasks")) if change > 0 else rows.filter(active_tasks__gt=0)
+    return rows.update(active_tasks=F("active_tasks") + change) == 1
 
 
 def quota_of(*, locks: LockSet, definition: WorkflowDefinition) -> Quota:
@@ -114,7 +172,8 @@ def quota_of_task(*, locks: LockSet, task: Task, queue_name: str | None = None) 
     pass, since releasing a permit checks the locked queue is the task's own.
     """
     if queue_name is None:
-        queue_name = Queue.objects.filter(pk=task.queue_id).values_list("name", flat=True).first()
+        named = queue_named(task.queue_id)
+        queue_name = named[1] if named else None
     return Quota(
         locks=locks,
         namespace_id=task.namespace_id,

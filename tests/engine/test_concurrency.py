@@ -2,6 +2,7 @@
 
 import datetime as dt
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -22,6 +23,7 @@ from history.models import (
     InboxRecord,
     InboxState,
     InstanceEvent,
+    Queue,
     ResultEvent,
     Task,
     TaskState,
@@ -183,6 +185,41 @@ def test_weave_check_is_clean_after_a_mixed_concurrent_run(engine):
     runner_settle()
     while engine.work("polls") or engine.work("payments"):
         runner_settle()
+    assert invariants_check() == []
+
+
+def test_runners_and_workers_side_by_side_never_hold_more_permits_than_the_quota(engine):
+    """Takes (a conditional increment per row) racing takes and releases: the queue's count never passes its
+    maximum, and at every commit it is the number of permits held."""
+    engine.queues["payments"].max_active_tasks = 3
+    engine.queues["payments"].save(update_fields=["max_active_tasks"])
+    definition = engine.define([task_step("a"), task_step("b", after=["a"])])
+    instances = [engine.start(definition) for _ in range(8)]
+    stop, seen = threading.Event(), []
+
+    def runner():
+        while not stop.is_set():
+            runner_pass()
+
+    def worker():
+        while not stop.is_set():
+            claim = engine.claim()
+            if claim is not None:
+                claim_execute(identity=engine.identity, claim=claim)
+
+    def watch():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            seen.append(Queue.objects.get(pk=engine.queues["payments"].pk).active_tasks)
+            if not WorkflowInstance.objects.filter(pk__in=[i.id for i in instances]).exclude(state="SUCCEEDED"):
+                break
+        stop.set()
+
+    _threads(runner, runner, worker, worker, watch)
+    assert set(WorkflowInstance.objects.filter(pk__in=[i.id for i in instances]).values_list("state", flat=True)) == {
+        "SUCCEEDED"
+    }
+    assert max(seen) <= 3 and Task.objects.count() == 16 and Queue.objects.get(name="payments").active_tasks == 0
     assert invariants_check() == []
 
 

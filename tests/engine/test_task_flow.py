@@ -8,6 +8,7 @@ from django.test.utils import CaptureQueriesContext
 from core import clock, exactjson
 from core.errors import AlreadyExists, NotFound, PermissionDenied, Unavailable
 from engine import handlers
+from engine.check import invariants_check
 from engine.handlers import claim_execute
 from engine.instances import instance_pause, instance_start
 from engine.results import result_event_publish
@@ -384,6 +385,35 @@ def test_a_full_queue_quota_starts_no_task_either(engine, quota_rows):
     assert queues["payments"].active_tasks == 1
 
 
+def test_a_full_queue_at_the_first_take_leaves_the_application_s_count_as_it_was(engine, quota_rows):
+    # The application's slot is taken first, by its own increment; the queue's refusal gives it back.
+    Queue.objects.filter(name="payments").update(max_active_tasks=0)
+    instance = engine.start(engine.define([task_step("a")]))
+    engine.settle()
+    application, queues = quota_rows()
+    assert (application.active_tasks, queues["payments"].active_tasks, Task.objects.count()) == (0, 0, 0)
+    assert Step.objects.get(instance=instance, key="a").state == "PENDING"
+    Queue.objects.filter(name="payments").update(max_active_tasks=1)
+    engine.settle()
+    application, queues = quota_rows()
+    assert (application.active_tasks, queues["payments"].active_tasks, Task.objects.count()) == (1, 1, 1)
+    assert invariants_check() == []
+
+
+def test_one_transaction_takes_a_permit_for_each_step_it_activates(engine, quota_rows):
+    instance = engine.start(engine.define([task_step("a"), task_step("b"), task_step("c")]))
+    engine.settle()
+    assert Step.objects.filter(instance=instance, state="ACTIVE").exclude(key="$root").count() == 3
+    application, queues = quota_rows()
+    assert (
+        application.active_tasks
+        == queues["payments"].active_tasks
+        == 3
+        == Task.objects.filter(permit_held=True).count()
+    )
+    assert invariants_check() == []
+
+
 def test_no_task_of_an_instance_in_review_is_authorised(engine):
     instance = engine.start(engine.define([task_step("bad", handler="demo.fail"), task_step("other", priority=-1)]))
     engine.settle()
@@ -450,6 +480,16 @@ def test_a_record_whose_task_left_its_fixed_queue_is_quarantined(engine):
     assert record.state == InboxState.QUARANTINED and "fixed queue" in record.quarantine_reason
     assert engine.reload(instance).state == InstanceState.NEEDS_REVIEW
     assert Step.objects.get(instance=instance, key="a").state == "ACTIVE"
+
+
+def test_a_record_whose_task_names_no_queue_is_quarantined(engine):
+    engine.start(engine.define([task_step("a")]))
+    engine.settle()
+    engine.work()
+    Task.objects.update(queue_id="0" * 32)
+    engine.settle()
+    record = InboxRecord.objects.get()
+    assert record.state == InboxState.QUARANTINED and "fixed queue" in record.quarantine_reason
 
 
 def test_a_locked_row_is_the_row_the_queryset_reads_and_saves_nothing_when_unchanged(engine):
