@@ -100,7 +100,7 @@ def _result_sources(locks: LockSet, record: InboxRecord, graph: _Graph):
     order, and verified after: a record that names rows it does not own is quarantined all the same.
     """
     instance, definition = graph.instance, graph.definition
-    event = ResultEvent.objects.filter(pk=record.source_id).first()
+    event = record.source_event  # read with the record
     if event is None or event.task_id != record.task_id:
         raise Corruption(f"result event {record.source_id} is missing or belongs to another task")
     activation = locks.lock_one(Level.ACTIVATION, record.activation_id) if record.activation_id else None
@@ -130,7 +130,7 @@ def _result_sources(locks: LockSet, record: InboxRecord, graph: _Graph):
 
 def _signal_sources(record: InboxRecord, graph: _Graph):
     instance, definition = graph.instance, graph.definition
-    signal = Signal.objects.filter(pk=record.source_id).first()
+    signal = record.source_signal  # read with the record
     if (
         signal is None
         or record.signal_id != signal.id
@@ -158,7 +158,7 @@ def _consume(instance_id: str) -> InboxRecord | None:
         if WorkflowInstance.objects.filter(pk=instance_id).exists():
             return None  # another runner holds it
         return _quarantine_orphans(locks, instance_id)
-    record = _pending(instance_id).first()
+    record = _pending(instance_id).select_related("source_event", "source_signal").first()
     if record is None:
         return None
     gate = locks.lock_one(Level.GATE, instance_id)

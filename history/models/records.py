@@ -66,6 +66,14 @@ class InboxRecord(StateFollowed):
     task = _ref("Task", null=True, db_index=False)
     activation = _ref("Activation", null=True, db_index=False)
     signal = _ref("Signal", null=True, db_index=False)
+    # The row ``source_id`` names, as either kind: no column of its own, so the consumer reads it with the record
+    # in one statement (``select_related``). ``source_kind`` says which applies; the other finds nothing.
+    source_event = models.ForeignObject(
+        "ResultEvent", models.DO_NOTHING, from_fields=["source_id"], to_fields=["id"], null=True, related_name="+"
+    )
+    source_signal = models.ForeignObject(
+        "Signal", models.DO_NOTHING, from_fields=["source_id"], to_fields=["id"], null=True, related_name="+"
+    )
     state = models.CharField(max_length=16, choices=InboxState.choices, default=InboxState.PENDING)
     disposition = models.CharField(max_length=24, choices=Disposition.choices, blank=True)
     quarantine_reason = models.CharField(max_length=1024, blank=True)
