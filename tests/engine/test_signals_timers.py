@@ -220,3 +220,20 @@ def test_a_timer_first_seen_past_its_lateness_goes_to_review_and_a_rearmed_one_f
         engine.settle()
         assert Wait.objects.get(pk=wait.id).state == "SATISFIED"
         assert _step(instance, "cool").state == "SUCCEEDED"
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [{"source_id": "0" * 32}, {"source_kind": "RESULT_EVENT"}],
+    ids=["its signal missing", "named as a result event"],
+)
+def test_a_signal_record_whose_source_is_not_its_signal_is_quarantined(engine, corrupt):
+    instance = engine.start(engine.define([APPROVAL]), {"order": "o-1"})
+    engine.settle()
+    _signal(engine, instance, "s1")
+    InboxRecord.objects.update(**corrupt)
+    engine.settle()
+    record = InboxRecord.objects.get()
+    assert record.state == "QUARANTINED" and record.quarantine_reason
+    assert _step(instance).state != "SUCCEEDED"
+    assert engine.reload(instance).state == InstanceState.NEEDS_REVIEW

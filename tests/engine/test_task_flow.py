@@ -360,6 +360,23 @@ def test_a_record_whose_task_belongs_elsewhere_is_quarantined_and_puts_the_insta
     assert WorkflowInstance.objects.get(pk=stranger).state == InstanceState.NEEDS_REVIEW
 
 
+@pytest.mark.parametrize(
+    "corrupt",
+    [{"source_id": "0" * 32}, {"source_kind": "SIGNAL"}],
+    ids=["its event missing", "named as a signal"],
+)
+def test_a_result_record_whose_source_is_not_its_event_is_quarantined(engine, corrupt):
+    instance = engine.start(engine.define([task_step("a")]))
+    engine.settle()
+    engine.work()
+    InboxRecord.objects.update(**corrupt)
+    engine.settle()
+    record = InboxRecord.objects.get()
+    assert record.state == InboxState.QUARANTINED and record.quarantine_reason
+    assert Step.objects.get(instance=instance, key="a").state == "ACTIVE"
+    assert engine.reload(instance).state == InstanceState.NEEDS_REVIEW
+
+
 def test_a_result_that_breaks_the_contract_puts_the_step_in_review(engine):
     contract = {"type": "object", "required": ["paid"]}
     instance = engine.start(engine.define([task_step("a", contract=contract)]), {"other": 1})
