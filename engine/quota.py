@@ -102,26 +102,35 @@ class Quota:
     def take(self, queue_name: str) -> bool:
         """Take a permit of the application and the named queue (``permit_take``).
 
-        The first take of a quota over one queue, nothing locked yet, is one conditional increment per row,
-        which takes the row locks in the same statements (no locking read before them). When either row is
-        full, nothing stays changed and the rows are locked and judged as ``permit_take`` does.
+        The first take of a quota over one queue, nothing locked yet, is one conditional increment per row
+        (``_take_by_writes``); otherwise, or when either row is full or unknown, the rows are locked and judged.
         """
-        if self._rows is not None or self._charged or self._queue_names != [queue_name]:
-            return permit_take(locks=self._locks, application=self.application, queue=self.queue(queue_name))
+        if self._rows is None and not self._charged and self._queue_names == [queue_name]:
+            taken = self._take_by_writes(queue_name)
+            if taken is not None:
+                return taken
+        return permit_take(locks=self._locks, application=self.application, queue=self.queue(queue_name))
+
+    def _take_by_writes(self, queue_name: str) -> bool | None:
+        """True with a permit taken by one conditional increment of each row, which takes the row's lock in its
+        place in the lock order (no locking read before it); None, nothing changed, when a row is full or unknown.
+        """
         application_id = self._application_id or _application_id((self._namespace_id, self._application_name))
         queue_id = _queue_id((self._namespace_id, queue_name))
         if application_id is None or queue_id is None:
-            self._locked()  # UNAVAILABLE, naming what is missing
+            return None
         self._locks.lock_by_write(Level.APPLICATION, application_id)
         if not _counted(Application.objects.filter(pk=application_id), +1):
-            return permit_take(locks=self._locks, application=self.application, queue=self.queue(queue_name))
+            return None
         self._locks.lock_by_write(Level.QUEUE, queue_name)
         if not _counted(Queue.objects.filter(pk=queue_id, namespace_id=self._namespace_id), +1):
             _counted(Application.objects.filter(pk=application_id), -1)
             # The application is held by the writes above; the queue is locked in its place in the order.
-            application = Application.objects.get(pk=application_id)
-            self._rows = application, self._locks.lock_queues(self._namespace_id, [queue_name])
-            return permit_take(locks=self._locks, application=application, queue=self.queue(queue_name))
+            self._rows = (
+                Application.objects.get(pk=application_id),
+                self._locks.lock_queues(self._namespace_id, [queue_name]),
+            )
+            return None
         self._charged = application_id, queue_id
         return True
 

@@ -26,6 +26,7 @@ from history.models import (
     IdempotencyReceipt,
     InboxRecord,
     InboxState,
+    Incident,
     InstanceState,
     Queue,
     ResultEvent,
@@ -415,6 +416,17 @@ def test_a_full_queue_at_the_first_take_leaves_the_application_s_count_as_it_was
     application, queues = quota_rows()
     assert (application.active_tasks, queues["payments"].active_tasks, Task.objects.count()) == (1, 1, 1)
     assert invariants_check() == []
+
+
+def test_a_take_from_a_queue_that_does_not_exist_changes_no_count_and_is_refused(engine, quota_rows):
+    instance = engine.start(engine.define([task_step("a")]))
+    Queue.objects.filter(name="payments").delete()
+    engine.settle()
+    application, _ = quota_rows()
+    assert (application.active_tasks, Task.objects.count()) == (0, 0)
+    assert Step.objects.get(instance=instance, key="a").state == "PENDING"
+    incident = Incident.objects.get(duty="continuations")
+    assert "missing application or queue" in incident.message
 
 
 def test_one_transaction_takes_a_permit_for_each_step_it_activates(engine, quota_rows):
