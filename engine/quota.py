@@ -94,10 +94,10 @@ class Quota:
 
     @property
     def application_id(self) -> str:
-        return self._charged[0] if self._rows is None and self._charged else self.application.id
+        return self._charged[0] if self._charged else self.application.id
 
     def queue_id(self, name: str) -> str:
-        return self._charged[1] if self._rows is None and self._charged else self.queue(name).id
+        return self._charged[1] if self._charged else self.queue(name).id
 
     def take(self, queue_name: str) -> bool:
         """Take a permit of the application and the named queue (``permit_take``).
