@@ -28,14 +28,15 @@ def _env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
-def _env_positive(name: str, default: int) -> int:
-    """A whole number from the environment, ``default`` when unset or empty; anything but a positive whole number
-    stops the process with the variable and the value named."""
+def _env_whole(name: str, default: int, *, least: int = 1) -> int:
+    """A whole number from the environment, ``default`` when unset or empty; anything but a whole number of at
+    least ``least`` (1 or 0) stops the process with the variable and the value named."""
     text = os.environ.get(name, "").strip()
     if not text:
         return default
-    if not text.isascii() or not text.isdigit() or int(text) < 1:
-        raise ImproperlyConfigured(f"{name}: {text!r} is not a positive whole number (unset, it is {default})")
+    if not text.isascii() or not text.isdigit() or int(text) < least:
+        kind = "positive whole number" if least else "whole number of 0 or more"
+        raise ImproperlyConfigured(f"{name}: {text!r} is not a {kind} (unset, it is {default})")
     return int(text)
 
 
@@ -77,7 +78,7 @@ if PRODUCTION:
     SECURE_SSL_REDIRECT = True
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
-    SECURE_HSTS_SECONDS = _env_positive("WEAVE_HSTS_SECONDS", 365 * 24 * 3600)
+    SECURE_HSTS_SECONDS = _env_whole("WEAVE_HSTS_SECONDS", 365 * 24 * 3600)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = os.environ.get("WEAVE_HSTS_INCLUDE_SUBDOMAINS", "1") == "1"
     SECURE_HSTS_PRELOAD = os.environ.get("WEAVE_HSTS_PRELOAD", "1") == "1"
 # Behind a TLS-terminating proxy the request arrives as plain HTTP: name the header the proxy sets
@@ -162,8 +163,8 @@ AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
-AXES_FAILURE_LIMIT = _env_positive("WEAVE_LOGIN_FAILURE_LIMIT", 5)
-_cooloff_minutes = _env_positive("WEAVE_LOGIN_COOLOFF_MINUTES", 15)
+AXES_FAILURE_LIMIT = _env_whole("WEAVE_LOGIN_FAILURE_LIMIT", 5)
+_cooloff_minutes = _env_whole("WEAVE_LOGIN_COOLOFF_MINUTES", 15)
 AXES_COOLOFF_TIME = timedelta(minutes=_cooloff_minutes)
 AXES_COOLOFF_MESSAGE = (
     f"Too many failed logins for this username or from this address ({AXES_FAILURE_LIMIT} within "
@@ -198,11 +199,13 @@ TEMPLATES = [
 # Health and the background's heartbeats (api/health_views.py, engine/background.py). /readyz waits this long for
 # the database, and a new MariaDB connection gives up after it (connect_timeout): neither a probe nor a
 # request nor the background hangs for the system's minutes on a host that does not answer.
-WEAVE_READY_TIMEOUT_SECONDS = _env_positive("WEAVE_READY_TIMEOUT_SECONDS", 2)
+WEAVE_READY_TIMEOUT_SECONDS = _env_whole("WEAVE_READY_TIMEOUT_SECONDS", 2)
 # A runner or worker whose last finished pass is older than this is stale (console, GET /v1/background).
-WEAVE_HEARTBEAT_STALE_SECONDS = _env_positive("WEAVE_HEARTBEAT_STALE_SECONDS", 30)
+WEAVE_HEARTBEAT_STALE_SECONDS = _env_whole("WEAVE_HEARTBEAT_STALE_SECONDS", 30)
 # A load balancer probes over plain HTTP: the probes are answered there, past the production profile's redirect.
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+# Seconds a web process keeps its database connection between requests; 0 opens one per request.
+WEAVE_DB_CONN_MAX_AGE = _env_whole("WEAVE_DB_CONN_MAX_AGE", 60, least=0)
 
 
 def database_from_url(url: str) -> dict:
@@ -219,7 +222,9 @@ def database_from_url(url: str) -> dict:
             host, _, port = node.partition(":")
             nodes.append((host, int(port or 3306)))
         url = url.replace(f"{credentials}{at}{hosts}", f"{credentials}{at}{hosts.split(',')[0]}", 1)
-    config = dj_database_url.parse(url, conn_max_age=0)
+    # A web process keeps its connection between requests for this long, checked before each request reuses it
+    # (on a cluster, that its node is still ready: core.db): a request does not pay a connection's set-up.
+    config = dj_database_url.parse(url, conn_max_age=WEAVE_DB_CONN_MAX_AGE, conn_health_checks=True)
     engine = config["ENGINE"]
     if nodes:
         config["NODES"] = nodes
@@ -266,22 +271,22 @@ FORMAT_MODULE_PATH = ["weave_site.formats"]
 
 # Input limits (core/limits.py): a larger request body is refused with 413 before it is read;
 # one client JSON value (input, result, payload) is stored only up to this many UTF-8 bytes.
-WEAVE_MAX_BODY_BYTES = _env_positive("WEAVE_MAX_BODY_BYTES", 1024 * 1024)
-WEAVE_MAX_JSON_BYTES = _env_positive("WEAVE_MAX_JSON_BYTES", 256 * 1024)
+WEAVE_MAX_BODY_BYTES = _env_whole("WEAVE_MAX_BODY_BYTES", 1024 * 1024)
+WEAVE_MAX_JSON_BYTES = _env_whole("WEAVE_MAX_JSON_BYTES", 256 * 1024)
 
 # How long a recovery proposal waits for its approval before the runner expires it.
-WEAVE_PROPOSAL_TTL_SECONDS = _env_positive("WEAVE_PROPOSAL_TTL_SECONDS", 24 * 3600)
+WEAVE_PROPOSAL_TTL_SECONDS = _env_whole("WEAVE_PROPOSAL_TTL_SECONDS", 24 * 3600)
 
 # The watchdog (engine/watchdog.py) marks an instance stalled past these bounds: paused this long, or an inbox
 # record or continuation of it waiting this long for the runner.
-WEAVE_STALL_PAUSED_SECONDS = _env_positive("WEAVE_STALL_PAUSED_SECONDS", 4 * 3600)
-WEAVE_STALL_WAITING_SECONDS = _env_positive("WEAVE_STALL_WAITING_SECONDS", 300)
+WEAVE_STALL_PAUSED_SECONDS = _env_whole("WEAVE_STALL_PAUSED_SECONDS", 4 * 3600)
+WEAVE_STALL_WAITING_SECONDS = _env_whole("WEAVE_STALL_WAITING_SECONDS", 300)
 # … or a task of it queued again after failing this many attempts in a row with one failure pattern.
-WEAVE_STALL_RETRIES = _env_positive("WEAVE_STALL_RETRIES", 5)
+WEAVE_STALL_RETRIES = _env_whole("WEAVE_STALL_RETRIES", 5)
 # Outgoing webhooks (engine/notify.py): a failed delivery is retried after this many seconds, doubled each time
 # (at most an hour), up to this many attempts in all (the default spans about an hour and a half).
-WEAVE_WEBHOOK_RETRY_SECONDS = _env_positive("WEAVE_WEBHOOK_RETRY_SECONDS", 10)
-WEAVE_WEBHOOK_ATTEMPTS = _env_positive("WEAVE_WEBHOOK_ATTEMPTS", 10)
+WEAVE_WEBHOOK_RETRY_SECONDS = _env_whole("WEAVE_WEBHOOK_RETRY_SECONDS", 10)
+WEAVE_WEBHOOK_ATTEMPTS = _env_whole("WEAVE_WEBHOOK_ATTEMPTS", 10)
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"

@@ -8,6 +8,9 @@ back on (mysqlclient sends no ``SET autocommit=1`` when the server already repor
 the hook Django's SQLite backend uses for its BEGIN; it applies to ``atomic`` only: a manual
 ``set_autocommit(False)`` still turns autocommit off.
 
+A web process keeps its connection between requests and checks it before a request reuses it
+(``WEAVE_DB_CONN_MAX_AGE``, ``CONN_HEALTH_CHECKS``): on a cluster that check is also the node's readiness.
+
 A cluster URL names several nodes (``mysql://user@h1:p1,h2:p2,h3:p3/db``, ``NODES`` in the settings). A new
 connection tries them in order from the preferred one — ``WEAVE_DATABASE_NODE`` for a process, ``pin_node``
 for a thread — and skips a node that refuses the connection or is not ready (``wsrep_ready`` OFF: not part
@@ -77,6 +80,18 @@ class DatabaseWrapper(base.DatabaseWrapper):
             connection.close()
             refused.append(f"{host}:{port} (not ready)")
         raise base.Database.OperationalError(2003, "no cluster node is up and synced: " + ", ".join(refused))
+
+    def is_usable(self) -> bool:
+        """Up, and on a cluster still on a node that is ready: a kept connection whose node left the primary
+        component answers a ping but refuses every query, and is replaced instead (``CONN_HEALTH_CHECKS``)."""
+        if not super().is_usable():
+            return False
+        if not self.settings_dict.get("NODES"):
+            return True
+        try:
+            return _ready(self.connection)
+        except base.Database.Error:
+            return False
 
     def _start_transaction_under_autocommit(self) -> None:
         with self.cursor() as cursor:

@@ -142,6 +142,17 @@ def test_an_integer_setting_is_taken_as_given_and_its_default_when_unset_or_empt
     assert defaults["WEAVE_MAX_BODY_BYTES"] == 1024 * 1024 and defaults["AXES_FAILURE_LIMIT"] == 5
 
 
+def test_the_connection_age_may_be_zero_is_kept_a_minute_unset_and_is_refused_naming_it_when_not_whole(monkeypatch):
+    def database(**env: str) -> dict:
+        return _settings_under(monkeypatch, **PRODUCTION, **env)["DATABASES"]["default"]
+
+    assert (database()["CONN_MAX_AGE"], database()["CONN_HEALTH_CHECKS"]) == (60, True)
+    assert [database(WEAVE_DB_CONN_MAX_AGE=text)["CONN_MAX_AGE"] for text in ("0", " 300 ", "")] == [0, 300, 60]
+    for bad in ("-1", "1m", "0.5"):
+        with pytest.raises(ImproperlyConfigured, match=f"^WEAVE_DB_CONN_MAX_AGE: {re.escape(repr(bad))} is not a "):
+            database(WEAVE_DB_CONN_MAX_AGE=bad)
+
+
 def test_a_bad_integer_setting_stops_a_command_with_one_line():
     done = _manage("check", WEAVE_SECRET_KEY=STRONG_KEY, WEAVE_MAX_BODY_BYTES="1MB")
     assert done.returncode == 1
