@@ -10,6 +10,7 @@ candidates while the incident is open; every other item goes on.
 import datetime as dt
 import logging
 import random
+import weakref
 from collections.abc import Callable, Collection, Iterable
 
 from django import db
@@ -60,6 +61,7 @@ from history.models import (
     WaitState,
     WorkflowInstance,
 )
+from history.prepared import compile_once
 from history.proposals import ENGINE_ACTOR, proposal_close
 
 BATCH = 100
@@ -447,11 +449,29 @@ DUE: dict[str, Callable[[dt.datetime], QuerySet | tuple[QuerySet, ...]]] = {
 
 
 def duties_due(names: Iterable[str]) -> set[str]:
-    """Those of ``names`` (duties with a ``DUE`` entry) whose rows are not all absent, read in one statement."""
-    names = list(names)
+    """Those of ``names`` (duties with a ``DUE`` entry) whose rows are not all absent, read in one statement
+    compiled once per connection and set of duties (its only value is the time)."""
+    names = tuple(names)
     if not names:
         return set()
-    now, tests, params = clock.now(), [], []
+    probes = _PROBES.setdefault(db.connections[db.connection.alias], {})
+    if names not in probes:
+        name = f"the probe of {', '.join(names)}"
+        # A duty may look for its rows without the time (a campaign's next batch is due whatever the clock says).
+        probes[names], _ = compile_once(name, (dt.datetime,), lambda v: _probe(names, *v), all_used=False)
+    probe = probes[names]
+    with db.connection.cursor() as cursor:
+        cursor.execute(probe.sql, probe.params([clock.now()]))
+        flags = cursor.fetchone()
+    return {name for name, flag in zip(names, flags, strict=True) if flag}
+
+
+# Per connection (a thread's own): the probe's compiled statement per set of duties.
+_PROBES: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
+
+
+def _probe(names: tuple[str, ...], now: dt.datetime) -> tuple[str, list, None]:
+    tests, params = [], []
     for name in names:
         found = DUE[name](now)
         exists = []
@@ -460,10 +480,7 @@ def duties_due(names: Iterable[str]) -> set[str]:
             exists.append(f"EXISTS({sql})")
             params += more
         tests.append("(" + " OR ".join(exists) + ")")
-    with db.connection.cursor() as cursor:
-        cursor.execute("SELECT " + ", ".join(tests), params)
-        flags = cursor.fetchone()
-    return {name for name, flag in zip(names, flags, strict=True) if flag}
+    return "SELECT " + ", ".join(tests), params, None
 
 
 def runner_pass(*, skip: Collection[str] = ()) -> dict[str, int]:

@@ -10,7 +10,10 @@ from core import clock
 from core.errors import Unauthenticated
 from core.identity import Identity, queue_set
 from history.models import Credential
+from history.prepared import Prepared
 
+# Every API request reads its credential by the token's key id.
+_credential_of_key = Prepared(lambda key_id: Credential.objects.filter(key_id=key_id)[:1])
 TOKEN_PATTERN = re.compile(r"weave_([0-9a-f]{16})_([A-Za-z0-9_\-]{43})")
 
 
@@ -57,7 +60,7 @@ def credential_authenticate(*, token: str) -> Identity:
     match = TOKEN_PATTERN.fullmatch(token)
     if match is None:
         raise refused
-    credential = Credential.objects.filter(key_id=match.group(1)).first()
+    credential = _credential_of_key.first(match.group(1))
     if credential is None or not hmac.compare_digest(credential.token_digest, _digest(token)):
         raise refused
     now = clock.now()

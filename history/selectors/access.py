@@ -13,6 +13,7 @@ from core.identity import Identity
 from core.ids import ROOT_STEP_KEY
 from history import models
 from history.models import Activation, Gate, Namespace, Queue, Step, Task, WorkflowDefinition, WorkflowInstance
+from history.prepared import Prepared
 
 INSTANCE_NOT_FOUND = "workflow not found"
 _DEFINITION_BROKEN = "the workflow's definition is missing or belongs to another namespace"
@@ -35,15 +36,21 @@ def instance_get_readable(*, identity: Identity, instance_id: str) -> WorkflowIn
 def _instance_joined(*, namespace_id: str, instance_id: str) -> WorkflowInstance | None:
     """The instance of the namespace joined to its definition (None when either is missing), with
     ``namespace_name`` and ``has_gate``, in one query."""
-    return (
+    return _instance_joined_read.first(instance_id, namespace_id)
+
+
+_instance_joined_read = Prepared(
+    lambda instance_id, namespace_id: (
         WorkflowInstance.objects.select_related("definition")
         .annotate(
             namespace_name=Subquery(Namespace.objects.filter(pk=OuterRef("namespace_id")).values("name")[:1]),
             has_gate=Exists(Gate.objects.filter(pk=OuterRef("pk"))),
         )
         .filter(id=instance_id, namespace_id=namespace_id)
-        .first()
+        .order_by("pk")[:1]
     )
+)
+_step_of_key = Prepared(lambda instance_id, key: Step.objects.filter(instance_id=instance_id, key=key)[:1])
 
 
 def task_workable(*, identity: Identity, task: Task | None) -> bool:
@@ -240,7 +247,7 @@ def step_spec_of(*, instance: WorkflowInstance, key: str) -> dict:
 def step_get_by_key(*, instance: WorkflowInstance, key: str) -> Step:
     """The logical step ``key`` of the instance's fixed definition."""
     spec = step_spec_of(instance=instance, key=key)
-    step = Step.objects.filter(instance_id=instance.id, key=key).first()
+    step = _step_of_key.first(instance.id, key)
     return step_check(instance=instance, spec=spec, key=key, step=step)
 
 

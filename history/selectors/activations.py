@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from django.db.models import Subquery
+from django.db.models import QuerySet, Subquery
 
 from core.errors import InvalidArgument, NotFound, Unavailable
 from core.identity import Identity
@@ -25,7 +25,7 @@ from history.selectors.access import (
     step_get_by_key,
     step_spec_of,
 )
-from history.selectors.pagination import ListKind, Page, keyset_page
+from history.selectors.pagination import ListKind, Page, prepared_page
 from history.selectors.steps import CurrentStep, check_activation_of, step_views
 
 ACTIVATIONS = ListKind("activations", Activation, ("sequence",))
@@ -63,13 +63,21 @@ class PollRoundPage:
     page: Page[PollRound]
 
 
+def _step_activations(step_id: str) -> QuerySet[Activation]:
+    return Activation.objects.filter(step_id=step_id)
+
+
+def _activation_rounds(activation_id: str) -> QuerySet[PollRound]:
+    return PollRound.objects.filter(activation_id=activation_id)
+
+
 def activation_list(
     *, identity: Identity, instance_id: str, step_key: str, after: tuple | None, limit: int
 ) -> ActivationPage:
     """A step's activations, newest sequence first; summaries only, no bodies."""
     instance = instance_get_readable(identity=identity, instance_id=instance_id)
     step = step_get_by_key(instance=instance, key=step_key)
-    page = keyset_page(Activation.objects.filter(step_id=step.id), kind=ACTIVATIONS, after=after, limit=limit)
+    page = prepared_page(_step_activations, (step.id,), kind=ACTIVATIONS, after=after, limit=limit)
     for activation in page.items:
         check_activation_of(step=step, activation=activation)
         activation.step = step
@@ -147,9 +155,7 @@ def poll_round_list(
     queue_id = fixed_queue_check(key=step.key, queue_id=activation.fixed_queue_id)
     if not instance.has_gate:
         raise Unavailable("the workflow has no gate")
-    page = keyset_page(
-        PollRound.objects.filter(activation_id=activation.id), kind=POLL_ROUNDS, after=after, limit=limit
-    )
+    page = prepared_page(_activation_rounds, (activation.id,), kind=POLL_ROUNDS, after=after, limit=limit)
     tasks = {task.id: task for task in Task.objects.filter(id__in={r.task_id for r in page.items})}
     for poll_round in page.items:
         task = tasks.get(poll_round.task_id)

@@ -9,7 +9,7 @@ their links need and the event row does not hold, read in the same query as the 
 - ``audit_record``: which audit an ``audit`` subject is (one of ``AUDIT_RECORDS``), "" when it is missing.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -33,7 +33,7 @@ from history.models import (
     WorkflowOperation,
 )
 from history.selectors.access import instance_get_readable
-from history.selectors.pagination import ListKind, Page, keyset_page
+from history.selectors.pagination import ListKind, Page, prepared_page
 
 EVENTS = ListKind("events", InstanceEvent, ("sequence",))
 ORDERS = ("asc", "desc")
@@ -167,13 +167,26 @@ def event_page(
     *, instance: WorkflowInstance, filters: EventFilters, after: tuple | None, limit: int
 ) -> Page[InstanceEvent]:
     """One page of the timeline of an instance the caller may see, in sequence order (``filters.descending``)."""
-    return keyset_page(
-        event_queryset(instance_id=instance.id, filters=filters),
-        kind=EVENTS,
-        after=after,
-        limit=limit,
-        descending=filters.descending,
-    )
+    step_key = (filters.step_key,) if filters.step_key else ()
+    after_sequence = (filters.after_sequence,) if filters.after_sequence else ()
+    rows = _event_rows(len(filters.kinds), bool(step_key), bool(after_sequence))
+    values = (instance.id, *filters.kinds, *step_key, *after_sequence)
+    return prepared_page(rows, values, kind=EVENTS, after=after, limit=limit, descending=filters.descending)
+
+
+@cache
+def _event_rows(kinds: int, step_key: bool, after_sequence: bool) -> Callable[..., QuerySet[InstanceEvent]]:
+    """``event_queryset`` for one shape of filters, as a function of the instance id and the filters' values."""
+
+    def rows(instance_id: str, *values) -> QuerySet[InstanceEvent]:
+        filters = EventFilters(
+            kinds=values[:kinds],
+            step_key=values[kinds] if step_key else "",
+            after_sequence=values[-1] if after_sequence else 0,
+        )
+        return event_queryset(instance_id=instance_id, filters=filters)
+
+    return rows
 
 
 def event_list(

@@ -21,6 +21,7 @@ from core import clock
 from core.errors import Unavailable
 from core.identity import Identity
 from history.models import InstanceState, Stall, WorkflowDefinition, WorkflowInstance
+from history.prepared import Prepared
 from history.selectors.access import visible_rows
 from history.selectors.pagination import ListKind, Page, keyset_beyond
 
@@ -221,6 +222,10 @@ ITEM_FIELDS = (
     "updated_at",
 )
 
+_items = Prepared(
+    lambda *ids: WorkflowInstance.objects.select_related("definition").only(*ITEM_FIELDS).filter(pk__in=ids)
+)
+
 
 def instance_list(*, identity: Identity, query: InstanceQuery, after: tuple | None, limit: int) -> Page:
     """A page of the visible instances matching ``query``, newest first by its order key then id."""
@@ -228,7 +233,7 @@ def instance_list(*, identity: Identity, query: InstanceQuery, after: tuple | No
     keys = _read_keys(scans, order=query.order, count=count)
     more, keys = len(keys) > limit, keys[:limit]
     ids = [pk for _, pk in keys]
-    rows = WorkflowInstance.objects.select_related("definition").only(*ITEM_FIELDS).in_bulk(ids) if ids else {}
+    rows = {row.pk: row for row in _items(*ids)} if ids else {}
     if len(rows) != len(ids):
         # Gone since the key scan, or without its definition (the join drops it): corruption either way.
         raise Unavailable("instances of this page vanished or lost their definition while it was read")

@@ -7,7 +7,7 @@ parent, tampered with or not ours does not verify.
 """
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -16,6 +16,7 @@ from django.db import models
 from django.db.models import Q, QuerySet
 
 from core.errors import InvalidArgument, Unavailable
+from history.prepared import Prepared
 
 T = TypeVar("T")
 
@@ -52,12 +53,50 @@ def keyset_page(
     the (covering) list index is a range scan of ``limit + 1`` entries at any depth, whereas
     MariaDB walks every skipped row when the scan must also fetch whole rows.
     """
+    keys = list(_keys(queryset, kind=kind, after=after, limit=limit, descending=descending))
+    return _page(keys, lambda found: queryset.in_bulk(found), kind=kind, limit=limit)
+
+
+# Per list shape, its two reads compiled once (``prepared_page``); a shape's limit is one of the few a page allows.
+_PREPARED: dict[tuple, tuple[Prepared, Prepared]] = {}
+
+
+def prepared_page(
+    rows: Callable[..., QuerySet],
+    values: tuple,
+    *,
+    kind: ListKind,
+    after: tuple | None,
+    limit: int,
+    descending: bool = True,
+) -> Page:
+    """``keyset_page`` of ``rows(*values)``, its key scan and row read compiled once per shape: the lists the
+    API serves most. ``rows`` is a module-level function of its values alone."""
+    shape = (rows, len(values), kind, after is None, limit, descending)
+    reads = _PREPARED.get(shape)
+    if reads is None:
+        n = len(values)
+        reads = _PREPARED[shape] = (
+            Prepared(
+                lambda *v: _keys(rows(*v[:n]), kind=kind, after=v[n:] or None, limit=limit, descending=descending)
+            ),
+            Prepared(lambda *v: rows(*v[:n]).filter(pk__in=v[n:])),
+        )
+    scan, read = reads
+    keys = scan(*values, *(after or ()))
+    return _page(keys, lambda found: {row.pk: row for row in read(*values, *found)}, kind=kind, limit=limit)
+
+
+def _keys(queryset: QuerySet, *, kind: ListKind, after: tuple | None, limit: int, descending: bool) -> QuerySet:
     if after is not None:
         queryset = queryset.filter(keyset_beyond(kind.key, after, lookup="lt" if descending else "gt"))
     order = [f"-{name}" if descending else name for name in kind.key]
-    keys = list(queryset.order_by(*order).values_list("pk", flat=True)[: limit + 1])
+    return queryset.order_by(*order).values_list("pk", flat=True)[: limit + 1]
+
+
+def _page(keys: list, read: Callable[[list], dict], *, kind: ListKind, limit: int) -> Page:
     more, keys = len(keys) > limit, keys[:limit]
-    rows = queryset.in_bulk(keys) if keys else {}
+    rows = read(keys) if keys else {}
     if len(rows) != len(keys):
         raise Unavailable("rows of this page vanished while it was read")
     items = [rows[key] for key in keys]

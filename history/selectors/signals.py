@@ -2,11 +2,13 @@
 
 from dataclasses import dataclass
 
+from django.db.models import QuerySet
+
 from core.errors import NotFound, Unavailable
 from core.identity import Identity
 from history.models import Signal, SignalOperation, Wait, WorkflowInstance
 from history.selectors.access import instance_get_readable
-from history.selectors.pagination import ListKind, Page, keyset_page
+from history.selectors.pagination import ListKind, Page, keyset_page, prepared_page
 
 SIGNALS = ListKind("signals", Signal, ("accepted_at", "id"))
 SIGNAL_OPERATIONS = ListKind("signal_operations", SignalOperation, ("created_at", "id"))
@@ -27,8 +29,14 @@ class SignalDetail:
 def signal_list(*, identity: Identity, instance_id: str, after: tuple | None, limit: int) -> SignalPage:
     """Signals of the workflow, newest accepted first (accepted_at, id)."""
     instance = instance_get_readable(identity=identity, instance_id=instance_id)
-    queryset = Signal.objects.filter(namespace_id=instance.namespace_id, workflow_id=instance.id)
-    return SignalPage(instance=instance, page=keyset_page(queryset, kind=SIGNALS, after=after, limit=limit))
+    values = (instance.namespace_id, instance.id)
+    return SignalPage(
+        instance=instance, page=prepared_page(_signals_of, values, kind=SIGNALS, after=after, limit=limit)
+    )
+
+
+def _signals_of(namespace_id: str, workflow_id: str) -> QuerySet[Signal]:
+    return Signal.objects.filter(namespace_id=namespace_id, workflow_id=workflow_id)
 
 
 def _signal_of(*, instance: WorkflowInstance, signal_id: str) -> Signal:

@@ -87,3 +87,17 @@ def test_the_paced_watchdog_rests_until_its_seconds_have_passed_on_the_clock():
     clock.advance(dt.timedelta(milliseconds=1))
     assert pace.resting() == set()
     assert pace.resting() == {"watchdog"}
+
+
+@pytest.mark.django_db
+def test_the_probe_is_built_once_and_asks_at_the_time_of_each_call(engine, monkeypatch):
+    states.timers_due(engine)
+    built = []
+    monkeypatch.setitem(runner.DUE, "timers", lambda now, due=runner.DUE["timers"]: built.append(now) or due(now))
+    names = ("lease_expiry", "timers", "continuations")
+    with clock.moved(-dt.timedelta(seconds=11)):
+        assert runner.duties_due(names) == set()  # before the timer fires
+    assert runner.duties_due(names) == {"timers"}
+    with clock.moved(-dt.timedelta(seconds=11)):
+        assert runner.duties_due(names) == set()
+    assert len(built) == 2  # twice at its one compile (two stand-ins of the time), never again
