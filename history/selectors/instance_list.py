@@ -11,6 +11,7 @@ import hashlib
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from heapq import merge
 from itertools import islice
 
@@ -176,6 +177,12 @@ def instance_keys(
     definition_ids = _definition_ids(identity=identity, query=query)
     if definition_ids == []:
         return [], 0
+    return _key_scans(identity=identity, query=query, definition_ids=definition_ids, after=after, limit=limit)
+
+
+def _key_scans(
+    *, identity: Identity, query: InstanceQuery, definition_ids: list[str] | None, after: tuple | None, limit: int
+) -> tuple[list[QuerySet], int]:
     kind = ORDERS[query.order]
     rows = _filtered(identity=identity, query=query, definition_ids=definition_ids)
     if after is not None:
@@ -184,6 +191,66 @@ def instance_keys(
     splits = _scans(rows, query=query, definition_ids=definition_ids)
     scans = [scan.order_by(*order).values_list(*kind.key)[: limit + 1] for scan in splits]
     return scans, limit + 1
+
+
+# The filters a prepared key scan takes as its values: each reaches the SQL as it is given. A prefix (rewritten for
+# LIKE), a review age (computed from the clock), paused, the stall reasons and a caller limited to some queues build
+# their scans each time; the definition, version and queue filters reach the scan as the definitions they allow.
+_PREPARED_FILTERS = {
+    "states",
+    "review_causes",
+    "business_key",
+    "stop_kind",
+    "signature",
+    "created_after",
+    "created_before",
+    "updated_after",
+    "updated_before",
+}
+_DEFINITION_FILTERS = {"definition", "version", "queue", "order"}
+
+
+def _prepared_keys(*, identity: Identity, query: InstanceQuery, after: tuple | None, limit: int) -> list | None:
+    """The page's keys read through a scan compiled once per shape of the query; None when it has no such shape."""
+    if identity.queues is not None or not connection.features.supports_slicing_ordering_in_compound:
+        return None
+    shape, values = [], []
+    for name, value in asdict(query).items():
+        if name in _DEFINITION_FILTERS or value in (None, ()):
+            continue
+        if name not in _PREPARED_FILTERS:
+            return None
+        several = isinstance(value, tuple)
+        shape.append((name, len(value) if several else None))
+        values += value if several else [value]
+    definition_ids = _definition_ids(identity=identity, query=query)
+    if definition_ids == []:
+        return []
+    definitions = None if definition_ids is None else len(definition_ids)
+    read = _key_read(query.order, tuple(shape), definitions, after is not None, limit)
+    return read(identity.namespace_id, *(definition_ids or ()), *values, *(after or ()))
+
+
+@cache
+def _key_read(order: str, shape: tuple, definitions: int | None, after: bool, limit: int) -> Prepared:
+    """The key scan of one shape: a function of the namespace, the definitions' ids, the filters' values, the key."""
+
+    def build(namespace_id: str, *values) -> QuerySet:
+        rest = list(values)
+        definition_ids = None if definitions is None else [rest.pop(0) for _ in range(definitions)]
+        filters = {name: rest.pop(0) if n is None else tuple(rest.pop(0) for _ in range(n)) for name, n in shape}
+        query = InstanceQuery(order=order, **filters)
+        identity = Identity(namespace_id=namespace_id, actor_id="", scopes=frozenset(), queues=None)
+        scans, count = _key_scans(
+            identity=identity,
+            query=query,
+            definition_ids=definition_ids,
+            after=tuple(rest) if after else None,
+            limit=limit,
+        )
+        return combined(scans, order=order)[:count]
+
+    return Prepared(build)
 
 
 def combined(scans: list[QuerySet], *, order: str) -> QuerySet:
@@ -229,8 +296,10 @@ _items = Prepared(
 
 def instance_list(*, identity: Identity, query: InstanceQuery, after: tuple | None, limit: int) -> Page:
     """A page of the visible instances matching ``query``, newest first by its order key then id."""
-    scans, count = instance_keys(identity=identity, query=query, after=after, limit=limit)
-    keys = _read_keys(scans, order=query.order, count=count)
+    keys = _prepared_keys(identity=identity, query=query, after=after, limit=limit)
+    if keys is None:
+        scans, count = instance_keys(identity=identity, query=query, after=after, limit=limit)
+        keys = _read_keys(scans, order=query.order, count=count)
     more, keys = len(keys) > limit, keys[:limit]
     ids = [pk for _, pk in keys]
     rows = {row.pk: row for row in _items(*ids)} if ids else {}
