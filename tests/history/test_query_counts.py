@@ -33,11 +33,11 @@ from tests.factories import activate, poll_round, step_of
 # reads itself. Every endpoint is at most 6.
 BASELINE = {
     "instance": 5,  # + steps, current activations, their tasks; a RUNNING instance's eligibility reads nothing
-    "activations": 5,  # + step, page keys, page rows
+    "activations": 4,  # + step, the page (its keys and rows in one statement)
     "activation": 5,  # + step, requested and current activation, current task
     "activation_with_wait": 6,  # + step, requested and current activation, current task, wait
-    "rounds": 6,  # + activation with its step and fixed queue, page keys, page rows, their tasks
-    "signals": 4,  # + page keys, page rows
+    "rounds": 5,  # + activation with its step and fixed queue, the page, their tasks
+    "signals": 3,  # + the page
     "signal": 3,  # + signal
     "signal_operations": 5,  # + signal, page keys, page rows
     "signal_operation": 4,  # + signal, record
@@ -48,7 +48,7 @@ BASELINE = {
     "source": 4,
     "poll_source": 4,  # the activation also with the round naming the task
     "worker_source": 4,
-    "events": 4,  # + page keys, page rows with the ids their links need
+    "events": 3,  # + the page, its rows with the ids their links need
 }
 WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 ROWS = 10_000
