@@ -2,15 +2,15 @@
 
 Building a queryset and compiling it costs a short read more than the database does (the API's
 pages and the engine's hot paths are such reads). A ``Prepared`` read is a function of its values
-returning the queryset; it is built once per connection and shape with placeholder values, and
-later calls send the compiled SQL with their own values in the placeholders' places. Its rows are
-what the queryset yields: models (with their ``select_related`` rows and annotations) or, for
-``values_list``, tuples or single values.
+returning the queryset; per connection and shape (the kinds of its values) it is built and compiled
+with two sets of stand-in values, and later calls send the compiled SQL with their own values in
+the stand-ins' places. Its rows are what the queryset yields: models (with their ``select_related``
+rows and annotations) or, for ``values_list``, tuples or single values.
 
-The function must depend on its arguments alone (a value it takes from elsewhere would stay the
-one it saw first). Every value must reach the SQL as it was given, as a parameter of its own: one
-a lookup rewrites (``startswith`` adds a ``%``) or that never becomes a parameter is refused when
-the read is compiled.
+The function must depend on its arguments alone. Every value must reach the SQL as it was given, as
+a parameter of its own, and nothing else may change with the values: one a lookup rewrites
+(``startswith`` adds a ``%``), one that never becomes a parameter, and a parameter computed from a
+value or from the clock are refused when the read is compiled (the two compiles differ).
 """
 
 import datetime as dt
