@@ -21,7 +21,7 @@ from history.models import Application, Queue, Task, WorkflowDefinition
 queue_named: ReadOnce[str, tuple[str, str]] = ReadOnce(
     lambda pk: Queue.objects.filter(pk=pk).values_list("namespace_id", "name").first()
 )
-_queue_id: ReadOnce[tuple[str, str], str] = ReadOnce(
+queue_id_named: ReadOnce[tuple[str, str], str] = ReadOnce(
     lambda key: Queue.objects.filter(namespace_id=key[0], name=key[1]).values_list("id", flat=True).first()
 )
 _application_id: ReadOnce[tuple[str, str], str] = ReadOnce(
@@ -116,7 +116,7 @@ class Quota:
         place in the lock order (no locking read before it); None, nothing changed, when a row is full or unknown.
         """
         application_id = self._application_id or _application_id((self._namespace_id, self._application_name))
-        queue_id = _queue_id((self._namespace_id, queue_name))
+        queue_id = queue_id_named((self._namespace_id, queue_name))
         if application_id is None or queue_id is None:
             return None
         self._locks.lock_by_write(Level.APPLICATION, application_id)

@@ -21,7 +21,7 @@ from core.identity import Identity
 from core.metrics import WORKER_CLAIMS, WORKER_COMPLETIONS
 from engine.budget import attempts_left
 from engine.commands import command_object, id_argument
-from engine.quota import Quota, permit_release, quota_of_task
+from engine.quota import Quota, permit_release, queue_id_named, quota_of_task
 from engine.results import late_result_record, result_event_publish
 from engine.state import touch
 from history.events import WORKER, acting
@@ -122,11 +122,11 @@ def task_claim_batch(*, identity: Identity, queue_name: str, command: Any, limit
     lease = _lease_seconds(command)
     if not is_name(queue_name) or not identity.can_access_queues([queue_name]):
         raise NotFound(f"queue {queue_name} not found", field="queue")
-    # The queue is found by its (unique) name in the candidates' query; read on its own only when
-    # there is no candidate, to tell an empty queue from a missing one.
+    # The queue is found by its (unique) name in the candidates' query; looked for on its own only when
+    # there is no candidate, to tell an empty queue from a missing one (a queue found is kept: never removed).
     rows = _candidates(max(CLAIM_CANDIDATES, 2 * limit))(identity.namespace_id, queue_name, clock.now())
     if not rows:
-        if not Queue.objects.filter(namespace_id=identity.namespace_id, name=queue_name).exists():
+        if queue_id_named((identity.namespace_id, queue_name)) is None:
             raise NotFound(f"queue {queue_name} not found", field="queue")
         WORKER_CLAIMS.labels(queue_name, "empty").inc()
         return []

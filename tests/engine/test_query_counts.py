@@ -7,8 +7,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from core.errors import NotFound
 from engine import quota, runner
 from engine.handlers import claim_execute
+from history.models import Queue
 from testkit import states
 
 
@@ -40,7 +42,7 @@ def _cost(prepare, run_pass) -> tuple[int, int]:
 def _pass_costs(engine):
     for queue in engine.queues.values():
         quota.queue_named(queue.id)
-        quota._queue_id((queue.namespace_id, queue.name))
+        quota.queue_id_named((queue.namespace_id, queue.name))
     quota._application_id((engine.application.namespace_id, engine.application.name))
     costs = {}
     passes = {
@@ -78,3 +80,15 @@ def test_every_runner_pass_costs_a_fixed_number_of_queries_per_item(engine, caps
         for name, (idle, per_item) in costs.items():
             print(f"  {name:48} {idle:3} + {per_item:3}/item")
     assert all(per_item > 0 for _, per_item in costs.values())
+
+
+@pytest.mark.django_db
+def test_an_idle_claim_is_one_statement_and_a_missing_queue_is_looked_for_every_time(engine):
+    assert engine.claim() is None  # the queue is read once, as the first empty claim of a process does
+    assert _queries(lambda: engine.claim()) == 1
+    for _ in range(2):
+        with pytest.raises(NotFound, match="queue later not found"), CaptureQueriesContext(connection) as captured:
+            engine.claim("later")
+        assert len(captured) == 2  # the candidates, then the queue by its name
+    Queue.objects.create(namespace=engine.namespace, name="later", max_active_tasks=5)
+    assert engine.claim("later") is None  # created since: found
