@@ -13,20 +13,21 @@ joined rows out of order).
 import contextlib
 import datetime as dt
 import enum
+import functools
 import logging
 import random
 import time
-import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
-from django.db import OperationalError, connection, connections, transaction
+from django.db import OperationalError, connection, transaction
 from django.db.models import Model
 
 from core import clock
 from core.db import reads as db_reads
 from history import models
 from history.events import events_batched
+from history.prepared import Prepared
 
 logger = logging.getLogger("weave.locking")
 T = TypeVar("T")
@@ -64,35 +65,14 @@ _MODEL_OF = {
 }
 
 
-# Per connection (a thread's own): (model, number of keys, skip_locked) → its compiled locking read.
-_COMPILED: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
-
-
-def _locked_rows(model: type[Model], keys: list[str], skip_locked: bool) -> list[Model]:
-    """``SELECT … WHERE pk IN (keys) ORDER BY pk FOR UPDATE [SKIP LOCKED]`` as the queryset would run it.
-
-    Compiled once per shape: a lock is the engine's most frequent statement, and building it
-    through the queryset every time cost more than running it.
-    """
-    shapes = _COMPILED.setdefault(connections[connection.alias], {})
-    shape = (model, len(keys), skip_locked)
-    if shape not in shapes:
-        placeholders = [f"{n:032d}" for n in range(len(keys))]  # distinct: ``__in`` drops repeats
-        query = model.objects.select_for_update(skip_locked=skip_locked).filter(pk__in=placeholders).order_by("pk")
-        compiler = query.query.get_compiler(using=query.db)
-        sql, params = compiler.as_sql()
-        if list(params) != placeholders:
-            raise AssertionError(f"the locking read of {model.__name__} takes other parameters than its keys")
-        fields = [column[0] for column in compiler.select[: compiler.col_count]]
-        names = [field.target.attname for field in fields]
-        shapes[shape] = (sql, compiler, compiler.get_converters(fields), names)
-    sql, compiler, converters, names = shapes[shape]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, keys)
-        rows = cursor.fetchall()
-    if converters:
-        rows = compiler.apply_converters(rows, converters)
-    return [model.from_db(connection.alias, names, row) for row in rows]
+@functools.cache
+def _locking_read(model: type[Model], skip_locked: bool) -> Prepared:
+    """``SELECT … WHERE pk IN (keys) ORDER BY pk FOR UPDATE [SKIP LOCKED]``, compiled once per number of keys: a
+    lock is the engine's most frequent statement, and building it through the queryset every time cost more than
+    running it."""
+    return Prepared(
+        lambda *keys: model.objects.select_for_update(skip_locked=skip_locked).filter(pk__in=keys).order_by("pk")
+    )
 
 
 class LockOrderViolation(AssertionError):
@@ -126,7 +106,7 @@ class LockSet:
         if not keys:
             return {}
         self._enter(level, keys[0])
-        found = {row.pk: row for row in _locked_rows(_MODEL_OF[level], keys, skip_locked)}
+        found = {row.pk: row for row in _locking_read(_MODEL_OF[level], skip_locked)(*keys)}
         self._last_key = keys[-1]
         return found
 
