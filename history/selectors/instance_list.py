@@ -17,10 +17,12 @@ from itertools import islice
 
 from django.db import connection
 from django.db.models import Count, QuerySet
+from django.db.models.expressions import RawSQL
 
 from core import clock
 from core.errors import Unavailable
 from core.identity import Identity
+from core.read_once import ReadOnce
 from history.models import InstanceState, Stall, WorkflowDefinition, WorkflowInstance
 from history.prepared import Prepared
 from history.selectors.access import visible_rows
@@ -210,8 +212,9 @@ _PREPARED_FILTERS = {
 _DEFINITION_FILTERS = {"definition", "version", "queue", "order"}
 
 
-def _prepared_keys(*, identity: Identity, query: InstanceQuery, after: tuple | None, limit: int) -> list | None:
-    """The page's keys read through a scan compiled once per shape of the query; None when it has no such shape."""
+def _prepared_rows(*, identity: Identity, query: InstanceQuery, after: tuple | None, limit: int) -> list | None:
+    """Up to ``limit + 1`` rows of the page, newest first, read with their key scan in one statement compiled once
+    per shape of the query; None when it has no such shape."""
     if identity.queues is not None or not connection.features.supports_slicing_ordering_in_compound:
         return None
     shape, values = [], []
@@ -227,13 +230,16 @@ def _prepared_keys(*, identity: Identity, query: InstanceQuery, after: tuple | N
     if definition_ids == []:
         return []
     definitions = None if definition_ids is None else len(definition_ids)
-    read = _key_read(query.order, tuple(shape), definitions, after is not None, limit)
-    return read(identity.namespace_id, *(definition_ids or ()), *values, *(after or ()))
+    read = _page_read(query.order, tuple(shape), definitions, after is not None, limit)
+    rows = read(identity.namespace_id, *(definition_ids or ()), *values, *(after or ()))
+    # The key's order, in Python: the ids are hex, ordered alike here and by the database.
+    return sorted(rows, key=lambda row: (getattr(row, query.order), row.id), reverse=True)
 
 
 @cache
-def _key_read(order: str, shape: tuple, definitions: int | None, after: bool, limit: int) -> Prepared:
-    """The key scan of one shape: a function of the namespace, the definitions' ids, the filters' values, the key."""
+def _page_read(order: str, shape: tuple, definitions: int | None, after: bool, limit: int) -> Prepared:
+    """The rows of the key scan of one shape: a function of the namespace, the definitions' ids, the filters'
+    values, the key. The scan is a derived table the rows are read by (MariaDB refuses a LIMIT right inside IN)."""
 
     def build(namespace_id: str, *values) -> QuerySet:
         rest = list(values)
@@ -248,7 +254,8 @@ def _key_read(order: str, shape: tuple, definitions: int | None, after: bool, li
             after=tuple(rest) if after else None,
             limit=limit,
         )
-        return combined(scans, order=order)[:count]
+        sql, params = combined(scans, order=order)[:count].query.sql_with_params()
+        return _item_rows().filter(pk__in=RawSQL(f"SELECT id FROM ({sql}) AS page", params))
 
     return Prepared(build)
 
@@ -275,8 +282,7 @@ def _read_keys(scans: list[QuerySet], *, order: str, count: int) -> list[tuple]:
 # output nor the definitions' specs.
 ITEM_FIELDS = (
     "id",
-    "definition__name",
-    "definition__version",
+    "definition_id",
     "state",
     "paused",
     "review_cause",
@@ -288,26 +294,40 @@ ITEM_FIELDS = (
     "created_at",
     "updated_at",
 )
-
-_items = Prepared(
-    lambda *ids: WorkflowInstance.objects.select_related("definition").only(*ITEM_FIELDS).filter(pk__in=ids)
+# A definition's name and version never change once created: a page names them from what the process read once.
+_definition_named: ReadOnce[str, WorkflowDefinition] = ReadOnce(
+    lambda pk: WorkflowDefinition.objects.only("name", "version").filter(pk=pk).first()
 )
+
+
+def _item_rows() -> QuerySet[WorkflowInstance]:
+    return WorkflowInstance.objects.only(*ITEM_FIELDS)
+
+
+_items = Prepared(lambda *ids: _item_rows().filter(pk__in=ids))
 
 
 def instance_list(*, identity: Identity, query: InstanceQuery, after: tuple | None, limit: int) -> Page:
     """A page of the visible instances matching ``query``, newest first by its order key then id."""
-    keys = _prepared_keys(identity=identity, query=query, after=after, limit=limit)
-    if keys is None:
+    rows = _prepared_rows(identity=identity, query=query, after=after, limit=limit)
+    if rows is not None:
+        more, items = len(rows) > limit, rows[:limit]
+        next_key = (getattr(items[-1], query.order), items[-1].id) if more else None
+    else:
         scans, count = instance_keys(identity=identity, query=query, after=after, limit=limit)
         keys = _read_keys(scans, order=query.order, count=count)
-    more, keys = len(keys) > limit, keys[:limit]
-    ids = [pk for _, pk in keys]
-    rows = {row.pk: row for row in _items(*ids)} if ids else {}
-    if len(rows) != len(ids):
-        # Gone since the key scan, or without its definition (the join drops it): corruption either way.
-        raise Unavailable("instances of this page vanished or lost their definition while it was read")
-    items = [rows[pk] for pk in ids]
-    return Page(items=items, next_key=keys[-1] if more else None)
+        more, keys = len(keys) > limit, keys[:limit]
+        ids = [pk for _, pk in keys]
+        found = {row.pk: row for row in _items(*ids)} if ids else {}
+        if len(found) != len(ids):
+            raise Unavailable("instances of this page vanished while it was read")
+        items, next_key = [found[pk] for pk in ids], keys[-1] if more else None
+    for item in items:
+        definition = _definition_named(item.definition_id)
+        if definition is None:
+            raise Unavailable(f"instance {item.id} names a definition that does not exist")
+        item.definition = definition
+    return Page(items=items, next_key=next_key)
 
 
 def review_summary_queries(*, identity: Identity) -> tuple[QuerySet, QuerySet]:

@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 
 from core import clock
 from history.credentials import credential_issue
-from history.models import InstanceState, ReviewCause, Scope, StopKind
+from history.models import InstanceState, ReviewCause, Scope, StopKind, WorkflowInstance
 from history.selectors import instance_list
 from history.tenancy import namespace_ensure
 from tests.conftest import bearer, error_of
@@ -124,11 +124,21 @@ def test_a_page_reads_only_what_its_items_show_in_as_many_queries_for_one_item_a
         assert len(response.json()["data"]["items"]) == limit
         return [query["sql"] for query in captured.captured_queries]
 
+    statements(6)  # a process names definitions from what it read once: as one that has run a while
     one, six = statements(1), statements(6)
     assert len(one) == len(six)
     # The documents a list never shows: the instance's input and output, the definition's spec.
     documents = re.compile(r"""\.[`"](input|output|spec)[`"]""")
     assert [sql for sql in six if documents.search(sql)] == []
+
+
+# Without a filter the page is read with its keys in one prepared statement; paused builds its scan each time.
+@pytest.mark.parametrize("query", [{}, {"paused": "true"}], ids=["prepared", "built"])
+def test_an_instance_naming_a_definition_that_does_not_exist_makes_its_page_unavailable(rows, reader, call, query):
+    assert call("/v1/workflows", reader, **query)[0] == 200
+    WorkflowInstance.objects.filter(pk=rows.d.id).update(definition_id="f" * 32)
+    assert error_of(call("/v1/workflows", reader, **query)) == (503, "UNAVAILABLE", None)
+    assert call("/v1/workflows", reader, state="FAILED")[0] == 200  # a page without it
 
 
 FILTERS = [
