@@ -3,12 +3,16 @@
 import datetime as dt
 import re
 from types import SimpleNamespace
+from urllib.parse import urlencode
 
 import pytest
 from django.db import connection
+from django.http import QueryDict
 from django.test.utils import CaptureQueriesContext
 
+from api.instance_filters import instance_query
 from core import clock
+from core.errors import InvalidArgument
 from history.credentials import credential_issue
 from history.models import InstanceState, ReviewCause, Scope, StopKind, WorkflowInstance
 from history.selectors import instance_list
@@ -321,6 +325,25 @@ REFUSED = [
 @pytest.mark.parametrize(("query", "field"), REFUSED, ids=[f"{f}-{i}" for i, (_, f) in enumerate(REFUSED)])
 def test_unknown_repeated_empty_or_malformed_parameters_are_refused_naming_them(rows, reader, call, query, field):
     assert error_of(call("/v1/workflows", reader, **query)) == (400, "INVALID_ARGUMENT", field)
+
+
+def test_a_querys_verdict_does_not_depend_on_the_queries_checked_before_it():
+    """The filters' forms share their fields (api/instance_filters.py): checking one query, refused or not, must
+    leave nothing behind that changes the next one's answer."""
+
+    def verdict(query):
+        try:
+            return instance_query(QueryDict(urlencode(query, doseq=True)))
+        except InvalidArgument as refusal:
+            return refusal.field, str(refusal)
+
+    queries = [query for query, _ in FILTERS + REFUSED]
+    forward = [verdict(query) for query in queries]
+    backward = [verdict(query) for query in reversed(queries)]
+    assert forward == backward[::-1]
+    assert [verdict(query)[0] for query, _ in REFUSED if "limit" not in query and "cursor" not in query] == [
+        field for query, field in REFUSED if "limit" not in query and "cursor" not in query
+    ]
 
 
 def test_the_page_size_defaults_to_20_and_reaches_100(flows, reader, call):
