@@ -32,8 +32,8 @@ from django.db import IntegrityError, transaction
 from core import exactjson, exactnumber
 from core.errors import AlreadyExists, InvalidArgument
 from core.ids import ROOT_STEP_KEY, is_step_key
-from core.read_once import ReadOnce
 from history.models import Application, Queue, StepKind, WorkflowDefinition
+from history.selectors.access import definitions_kept
 from history.tenancy import is_name
 
 KINDS = (StepKind.TASK, StepKind.POLL, StepKind.SIGNAL, StepKind.TIMER)
@@ -406,14 +406,9 @@ def definition_create(*, namespace_id: str, document: Any) -> WorkflowDefinition
         ) from None
 
 
-# A definition is immutable once created (its admin is read-only, nothing updates it): the engine reads one for
-# every record and item it handles, so each process keeps the ones it read, by id, bounded.
-_definitions = ReadOnce(lambda pk: WorkflowDefinition.objects.filter(pk=pk).first())
-
-
 def definition_of(instance) -> WorkflowDefinition:
     """The definition ``instance`` runs; DoesNotExist when it has none. Read once per process: never change it."""
-    definition = _definitions(instance.definition_id)
+    definition = definitions_kept(instance.definition_id)
     if definition is None:
         raise WorkflowDefinition.DoesNotExist(f"definition {instance.definition_id} does not exist")
     return definition

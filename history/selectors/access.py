@@ -11,6 +11,7 @@ from django.db.models import Exists, OuterRef, QuerySet, Subquery
 from core.errors import NotFound, Unavailable
 from core.identity import Identity
 from core.ids import ROOT_STEP_KEY
+from core.read_once import ReadOnce
 from history import models
 from history.models import Activation, Gate, Namespace, Queue, Step, Task, WorkflowDefinition, WorkflowInstance
 from history.prepared import Prepared
@@ -20,29 +21,41 @@ _DEFINITION_BROKEN = "the workflow's definition is missing or belongs to another
 
 
 def instance_get_readable(*, identity: Identity, instance_id: str) -> WorkflowInstance:
-    """The instance, with its fixed definition loaded, if the identity may see it.
+    """The instance, with its fixed definition, if the identity may see it.
 
-    One query reads the instance, its definition, its namespace's name (``namespace_name``, None
-    when missing) and whether its gate exists (``has_gate``); the readers check the last two where
-    they need them.
+    One query reads the instance, its namespace's name (``namespace_name``, None when missing) and whether its
+    gate exists (``has_gate``); the readers check the last two where they need them. The definition is the one
+    this process keeps (``definitions_kept``).
     """
-    instance = _instance_joined(namespace_id=identity.namespace_id, instance_id=instance_id)
+    instance = _instance_with_definition(namespace_id=identity.namespace_id, instance_id=instance_id)
     if instance is None:
-        _refuse_unreadable(identity=identity, instance_id=instance_id)
+        raise NotFound(INSTANCE_NOT_FOUND)
     _definition_check(identity=identity, instance=instance, definition=instance.definition)
     return instance
 
 
-def _instance_joined(*, namespace_id: str, instance_id: str) -> WorkflowInstance | None:
-    """The instance of the namespace joined to its definition (None when either is missing), with
-    ``namespace_name`` and ``has_gate``, in one query."""
-    return _instance_joined_read.first(instance_id, namespace_id)
+# A definition is immutable once created (its admin is read-only, nothing updates it), and every read of an
+# instance and every record the engine handles names one: each process keeps the ones it read, by id, bounded.
+definitions_kept: ReadOnce[str, WorkflowDefinition] = ReadOnce(
+    lambda pk: WorkflowDefinition.objects.filter(pk=pk).first()
+)
 
 
-_instance_joined_read = Prepared(
+def _instance_with_definition(*, namespace_id: str, instance_id: str) -> WorkflowInstance | None:
+    """The instance of the namespace (None when there is none) with ``namespace_name`` and ``has_gate``, in one
+    query, and its definition as this process keeps it: UNAVAILABLE when that is missing or of another namespace."""
+    instance = _instance_read.first(instance_id, namespace_id)
+    if instance is not None:
+        definition = definitions_kept(instance.definition_id)
+        if definition is None or definition.namespace_id != instance.namespace_id:
+            raise Unavailable(_DEFINITION_BROKEN)
+        instance.definition = definition
+    return instance
+
+
+_instance_read = Prepared(
     lambda instance_id, namespace_id: (
-        WorkflowInstance.objects.select_related("definition")
-        .annotate(
+        WorkflowInstance.objects.annotate(
             namespace_name=Subquery(Namespace.objects.filter(pk=OuterRef("namespace_id")).values("name")[:1]),
             has_gate=Exists(Gate.objects.filter(pk=OuterRef("pk"))),
         )
@@ -76,22 +89,10 @@ def instance_get_sourcing(*, task: Task) -> WorkflowInstance:
     """The instance a task names as its source, read as ``instance_get_readable`` reads it, for a caller that
     already may see the task: a task names an instance of its own namespace with an intact definition, so any
     other answer is corruption (UNAVAILABLE), never NOT_FOUND."""
-    instance = _instance_joined(namespace_id=task.namespace_id, instance_id=task.source_instance_id)
+    instance = _instance_with_definition(namespace_id=task.namespace_id, instance_id=task.source_instance_id)
     if instance is None:
-        raise Unavailable(f"task {task.id} names no workflow with a definition in its namespace")
-    if instance.definition.namespace_id != instance.namespace_id:
-        raise Unavailable(_DEFINITION_BROKEN)
+        raise Unavailable(f"task {task.id} names no workflow in its namespace")
     return instance
-
-
-def _refuse_unreadable(*, identity: Identity, instance_id: str) -> None:
-    """The joined read found no row: the instance is missing (NOT_FOUND) or its definition is (UNAVAILABLE)."""
-    orphan = WorkflowInstance.objects.filter(id=instance_id, namespace_id=identity.namespace_id).exclude(
-        Exists(WorkflowDefinition.objects.filter(pk=OuterRef("definition_id")))
-    )
-    if orphan.exists():
-        raise Unavailable(_DEFINITION_BROKEN)
-    raise NotFound(INSTANCE_NOT_FOUND)
 
 
 def instance_definition_visible(*, identity: Identity, instance: WorkflowInstance | None) -> WorkflowDefinition:

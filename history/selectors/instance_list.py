@@ -22,10 +22,9 @@ from django.db.models.expressions import RawSQL
 from core import clock
 from core.errors import Unavailable
 from core.identity import Identity
-from core.read_once import ReadOnce
 from history.models import InstanceState, Stall, WorkflowDefinition, WorkflowInstance
 from history.prepared import Prepared
-from history.selectors.access import visible_rows
+from history.selectors.access import definitions_kept, visible_rows
 from history.selectors.pagination import ListKind, Page, keyset_beyond
 
 # One list kind per order: a cursor of one order never verifies under another.
@@ -294,10 +293,6 @@ ITEM_FIELDS = (
     "created_at",
     "updated_at",
 )
-# A definition's name and version never change once created: a page names them from what the process read once.
-_definition_named: ReadOnce[str, WorkflowDefinition] = ReadOnce(
-    lambda pk: WorkflowDefinition.objects.only("name", "version").filter(pk=pk).first()
-)
 
 
 def _item_rows() -> QuerySet[WorkflowInstance]:
@@ -323,7 +318,7 @@ def instance_list(*, identity: Identity, query: InstanceQuery, after: tuple | No
             raise Unavailable("instances of this page vanished while it was read")
         items, next_key = [found[pk] for pk in ids], keys[-1] if more else None
     for item in items:
-        definition = _definition_named(item.definition_id)
+        definition = definitions_kept(item.definition_id)
         if definition is None:
             raise Unavailable(f"instance {item.id} names a definition that does not exist")
         item.definition = definition

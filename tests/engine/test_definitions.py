@@ -4,9 +4,9 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from core.errors import AlreadyExists, InvalidArgument
-from engine import definitions
 from engine.definitions import definition_create, definition_of
 from history.models import WorkflowDefinition
+from history.selectors.access import definitions_kept
 from testkit.driver import task_step
 
 POLL = {
@@ -92,8 +92,8 @@ def test_definitions_are_immutable_a_new_version_is_a_new_row(engine):
 def test_the_engine_reads_a_definition_once_per_process_and_keeps_a_bounded_number(
     engine, django_assert_num_queries, monkeypatch
 ):
-    monkeypatch.setattr(definitions._definitions, "kept", {})
-    monkeypatch.setattr(definitions._definitions, "most", 2)
+    monkeypatch.setattr(definitions_kept, "kept", {})
+    monkeypatch.setattr(definitions_kept, "most", 2)
     instances = [engine.start(engine.define([task_step("a")])) for _ in range(3)]
     with django_assert_num_queries(1):
         first = definition_of(instances[0])
@@ -102,7 +102,7 @@ def test_the_engine_reads_a_definition_once_per_process_and_keeps_a_bounded_numb
     assert first == WorkflowDefinition.objects.get(pk=instances[0].definition_id)
     for instance in instances[1:]:
         definition_of(instance)
-    assert len(definitions._definitions.kept) <= 2
+    assert len(definitions_kept.kept) <= 2
 
 
 def test_weave_define_loads_a_file_and_names_the_field_of_a_bad_one(engine, tmp_path, capsys):
