@@ -2,7 +2,9 @@
 
 No Django, no DRF: a bearer token's row by its key id, then the page's rows from the same indexes ours
 reads, one query per table, serialised with ``json.dumps``. It is what a read costs when nothing but the
-database and the wire remain; ``bench/api_floor.py`` serves it on the same gunicorn beside ours.
+database and the wire remain; ``bench/api_floor.py`` serves it on the same gunicorn beside ours. A timeline
+item is ours exactly, its links included (the parents they name read with the rows, as ours reads them); an
+instance or activation item carries the columns its list is read for.
 
     gunicorn bench.floor_app:application   (WEAVE_DATABASE_URL names the database)
 """
@@ -92,24 +94,73 @@ def _instance(namespace: str, instance_id: str) -> dict | None:
     return found[0] if found else None
 
 
+# What an event's links need and its row does not hold, read with its row as ours reads it: the task, activation or
+# signal its subject belongs to, and which audit an audit subject is.
+_PARENTS = (
+    "CASE e.subject_type"
+    " WHEN 'attempt' THEN (SELECT task_id FROM history_attempt WHERE id = e.subject_id)"
+    " WHEN 'result' THEN (SELECT task_id FROM history_resultevent WHERE id = e.subject_id)"
+    " WHEN 'inbox' THEN (SELECT task_id FROM history_inboxrecord WHERE id = e.subject_id)"
+    " WHEN 'audit' THEN (SELECT task_id FROM history_executionaudit WHERE id = e.subject_id) END AS task_id,"
+    " CASE WHEN e.subject_type = 'wait' THEN (SELECT activation_id FROM history_wait WHERE id = e.subject_id)"
+    " END AS activation_id,"
+    " CASE e.subject_type"
+    " WHEN 'inbox' THEN (SELECT signal_id FROM history_inboxrecord WHERE id = e.subject_id)"
+    " WHEN 'audit' THEN (SELECT signal_id FROM history_signaloperation WHERE id = e.subject_id) END AS signal_id,"
+    " CASE WHEN e.subject_type <> 'audit' THEN ''"
+    " WHEN EXISTS (SELECT 1 FROM history_workflowoperation WHERE id = e.subject_id) THEN 'workflow_operation'"
+    " WHEN EXISTS (SELECT 1 FROM history_signaloperation WHERE id = e.subject_id) THEN 'signal_operation'"
+    " ELSE '' END AS audit_record"
+)
+
+
+def _event_links(instance_id: str, row: dict) -> dict:
+    workflow, subject, key = f"/v1/workflows/{instance_id}", row["subject_type"], row["step_key"]
+    step = f"{workflow}/steps/{key}" if key and key != "$root" else None
+    activation = row["subject_id"] if subject == "activation" else row["activation_id"]
+    task = row["subject_id"] if subject == "task" else row["task_id"]
+    signal = row["subject_id"] if subject == "signal" else row["signal_id"]
+    links = {
+        "workflow": workflow if subject == "instance" else None,
+        "activations": f"{step}/activations" if subject == "step" and step else None,
+        "activation": f"{step}/activations/{activation}" if activation and step else None,
+        "task": f"{workflow}/tasks/{task}" if task else None,
+        "signal": f"{workflow}/signals/{signal}" if signal else None,
+        "operations": f"{workflow}/operations" if row["audit_record"] == "workflow_operation" else None,
+    }
+    if row["audit_record"] == "signal_operation" and signal:
+        links["signal_operation"] = f"{workflow}/signals/{signal}/operations/{row['subject_id']}"
+    return {name: path for name, path in links.items() if path}
+
+
 def _events(namespace: str, instance_id: str, limit: int) -> dict | None:
     instance = _instance(namespace, instance_id)
     if instance is None:
         return None
     rows = _rows(
-        "SELECT sequence, kind, subject_type, subject_id, step_key, `after`, actor_kind, reconstructed, created_at"
-        " FROM history_instanceevent WHERE instance_id = %s ORDER BY sequence LIMIT %s",
+        "SELECT sequence, kind, subject_type, subject_id, step_key, `before`, `after`, detail, actor_kind, actor_id,"
+        f" operation_id, audit_id, repair, reconstructed, created_at, {_PARENTS}"
+        " FROM history_instanceevent AS e WHERE instance_id = %s ORDER BY sequence LIMIT %s",
         [instance_id, limit + 1],
     )
     items = [
         {
             "sequence": row["sequence"],
             "kind": row["kind"],
-            "subject": {"type": row["subject_type"], "id": row["subject_id"], "step_key": row["step_key"]},
-            "after": row["after"],
-            "actor": {"kind": row["actor_kind"]},
+            "subject": {
+                "type": row["subject_type"],
+                "id": row["subject_id"],
+                **({"step_key": row["step_key"]} if row["step_key"] else {}),
+            },
+            **{
+                name: row[name]
+                for name in ("before", "after", "detail", "operation_id", "audit_id", "repair")
+                if row[name]
+            },
+            "actor": {"kind": row["actor_kind"], **({"id": row["actor_id"]} if row["actor_id"] else {})},
             "reconstructed": bool(row["reconstructed"]),
             "created_at": _time(row["created_at"]),
+            "links": _event_links(instance_id, row),
         }
         for row in rows[:limit]
     ]
