@@ -10,9 +10,10 @@ names, seeded on first use with ``bench/seed.py``'s instances and activations pa
 activations). Ours is the product under gunicorn; the floor is ``bench/floor_app.py``, a bare WSGI
 callable with raw SQL and ``json``, on the same gunicorn (one sync worker each). Requests alternate
 between the two so that machine noise hits both alike; each list is warmed with 5 requests first, so
-the figures are of a warm pool. Prints per scale and list p50 / p95 in ms and ours/floor at p95 beside
-its target, then per list ours' p95 at the largest scale over the smallest beside its target; and the
-buffer pool size the server ran with (never changed here).
+the figures are of a warm pool. A timeline's page must be the same items on both sides (the run stops
+otherwise). Prints per scale and list p50 / p95 in ms and ours/floor at p95 beside its target, then per
+list ours' p95 at the largest scale over the smallest beside its target; and the buffer pool size the
+server ran with (never changed here).
 """
 
 import argparse
@@ -79,14 +80,18 @@ def measure(scale: int, reps: int) -> dict[str, dict[str, list[float]]]:
         for label, (path, params) in measured.items():
             timings[label] = {name: [] for name in clients}
             for rep in range(WARMUP + reps):
+                pages = {}
                 for name, client in clients.items():
                     started = time.perf_counter()
                     response = client.get(prefixes[name] + path, params=params).raise_for_status()
                     elapsed = (time.perf_counter() - started) * 1000
-                    if not response.json()["data"]["items"]:
+                    pages[name] = response.json()["data"]["items"]
+                    if not pages[name]:
                         raise SystemExit(f"{name} {label}: an empty page, the seed is not what this bench reads")
                     if rep >= WARMUP:
                         timings[label][name].append(elapsed)
+                if rep == 0 and path.endswith("/events") and pages["ours"] != pages["floor"]:
+                    raise SystemExit(f"{label}: the floor's items are not ours")
     finally:
         for server in servers:
             server.terminate()
