@@ -25,7 +25,7 @@ from core.identity import Identity
 from history.models import InstanceState, Stall, WorkflowDefinition, WorkflowInstance
 from history.prepared import Prepared
 from history.selectors.access import definitions_kept, visible_rows
-from history.selectors.pagination import ListKind, Page, keyset_beyond
+from history.selectors.pagination import ListKind, Page, keyset_beyond, page_of_rows
 
 # One list kind per order: a cursor of one order never verifies under another.
 ORDERS = {
@@ -212,8 +212,8 @@ _DEFINITION_FILTERS = {"definition", "version", "queue", "order"}
 
 
 def _prepared_rows(*, identity: Identity, query: InstanceQuery, after: tuple | None, limit: int) -> list | None:
-    """Up to ``limit + 1`` rows of the page, newest first, read with their key scan in one statement compiled once
-    per shape of the query; None when it has no such shape."""
+    """Up to ``limit + 1`` rows of the page (in no particular order), read with their key scan in one statement
+    compiled once per shape of the query; None when it has no such shape."""
     if identity.queues is not None or not connection.features.supports_slicing_ordering_in_compound:
         return None
     shape, values = [], []
@@ -230,9 +230,7 @@ def _prepared_rows(*, identity: Identity, query: InstanceQuery, after: tuple | N
         return []
     definitions = None if definition_ids is None else len(definition_ids)
     read = _page_read(query.order, tuple(shape), definitions, after is not None, limit)
-    rows = read(identity.namespace_id, *(definition_ids or ()), *values, *(after or ()))
-    # The key's order, in Python: the ids are hex, ordered alike here and by the database.
-    return sorted(rows, key=lambda row: (getattr(row, query.order), row.id), reverse=True)
+    return read(identity.namespace_id, *(definition_ids or ()), *values, *(after or ()))
 
 
 @cache
@@ -306,8 +304,8 @@ def instance_list(*, identity: Identity, query: InstanceQuery, after: tuple | No
     """A page of the visible instances matching ``query``, newest first by its order key then id."""
     rows = _prepared_rows(identity=identity, query=query, after=after, limit=limit)
     if rows is not None:
-        more, items = len(rows) > limit, rows[:limit]
-        next_key = (getattr(items[-1], query.order), items[-1].id) if more else None
+        page = page_of_rows(rows, kind=ORDERS[query.order], limit=limit)
+        items, next_key = page.items, page.next_key
     else:
         scans, count = instance_keys(identity=identity, query=query, after=after, limit=limit)
         keys = _read_keys(scans, order=query.order, count=count)

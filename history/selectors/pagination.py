@@ -72,8 +72,7 @@ def prepared_page(
     descending: bool = True,
 ) -> Page:
     """``keyset_page`` of ``rows(*values)`` in one statement compiled once per shape: the lists the API serves most.
-    ``rows`` is a module-level function of its values alone; the text columns of ``kind.key`` are ids, which
-    the database and Python order alike (the page is put in order here).
+    ``rows`` is a module-level function of its values alone.
 
     The key scan is the same, and the rows are read by the keys it finds, as a derived table in the same
     statement (MariaDB refuses a ``LIMIT`` right inside ``IN``): the scan stays in the list index, and what the
@@ -86,11 +85,15 @@ def prepared_page(
         read = _PREPARED[shape] = Prepared(
             lambda *v: _keyed(rows(*v[:n]), _keys(rows(*v[:n]), after=v[n:] or None, **order))
         )
-    found = read(*values, *(after or ()))
-    found.sort(key=lambda row: tuple(getattr(row, name) for name in kind.key), reverse=descending)
-    more, items = len(found) > limit, found[:limit]
-    next_key = tuple(getattr(items[-1], name) for name in kind.key) if more else None
-    return Page(items=items, next_key=next_key)
+    return page_of_rows(read(*values, *(after or ())), kind=kind, limit=limit, descending=descending)
+
+
+def page_of_rows(rows: list, *, kind: ListKind, limit: int, descending: bool = True) -> Page:
+    """The page of up to ``limit + 1`` rows read in no particular order (a key scan's rows read by its keys), put in
+    key order here: the text columns of ``kind.key`` are ids, which the database and Python order alike."""
+    rows = sorted(rows, key=lambda row: tuple(getattr(row, name) for name in kind.key), reverse=descending)
+    more, items = len(rows) > limit, rows[:limit]
+    return Page(items=items, next_key=tuple(getattr(items[-1], name) for name in kind.key) if more else None)
 
 
 def _keyed(rows: QuerySet, keys: QuerySet) -> QuerySet:
